@@ -1,0 +1,208 @@
+"""TransformerConfig and its translation from / to Hugging Face ``config.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama")
+
+# HF config fields that change the computation and that this model does not implement. A
+# checkpoint that sets them to a non-default value is refused instead of silently mis-modelled.
+_UNSUPPORTED_IF_SET = {
+  "sliding_window": (None,),
+  "pretraining_tp": (None, 1),
+  "mlp_bias": (None, False),
+  "attention_dropout": (None, 0, 0.0),
+  "layer_types": None,  # checked separately (only full attention)
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Architecture of a decoder-only transformer (Llama / Qwen2 / Qwen3 family).
+
+  Symbols used in tensor-name suffixes: B batch, T length, S cache length, D embed_dim,
+  N num_heads, K num_kv_heads, H head_dim, F mlp_dim, V vocab_size, L num_layers.
+  """
+
+  vocab_size: int
+  embed_dim: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float = 10000.0
+  rms_eps: float = 1e-6
+  qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
+  qkv_bias: bool = False  # Qwen2: bias on q/k/v projections
+  tie_embeddings: bool = False
+  max_position: int = 32768
+  model_type: str = "llama"
+  # Numerics: parameters are stored in param_dtype; matmuls run in dtype and accumulate in f32.
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  # Rematerialisation of each block in the backward pass: "none", "full" or "dots".
+  remat: str = "none"
+  bos_token_id: int | None = None
+  eos_token_id: int | list[int] | None = None
+  pad_token_id: int | None = None
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+        f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+      )
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+    if self.remat not in ("none", "full", "dots"):
+      raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+
+  def replace(self, **kw) -> TransformerConfig:
+    return dataclasses.replace(self, **kw)
+
+  @property
+  def num_params(self) -> int:
+    d, h, n, k, f, v = (self.embed_dim, self.head_dim, self.num_heads, self.num_kv_heads,
+                        self.mlp_dim, self.vocab_size)
+    attn = d * n * h * 2 + d * k * h * 2 + (n * h + 2 * k * h if self.qkv_bias else 0)
+    attn += 2 * h if self.qk_norm else 0
+    block = attn + 3 * d * f + 2 * d
+    return self.num_layers * block + v * d * (1 if self.tie_embeddings else 2) + d
+
+  def flops_per_token(self, seq_len: int) -> float:
+    """Forward matmul FLOPs per token (2 per MAC), attention included (causal average)."""
+    d, h, n, k, f = self.embed_dim, self.head_dim, self.num_heads, self.num_kv_heads, self.mlp_dim
+    proj = 2 * d * (2 * n * h + 2 * k * h) + 2 * 3 * d * f
+    attn = 2 * 2 * n * h * seq_len / 2
+    return self.num_layers * (proj + attn) + 2 * d * self.vocab_size
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["dtype"] = jnp.dtype(self.dtype).name
+    out["param_dtype"] = jnp.dtype(self.param_dtype).name
+    return out
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
+    d = dict(d)
+    for key in ("dtype", "param_dtype"):
+      if key in d and isinstance(d[key], str):
+        d[key] = jnp.dtype(d[key])
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+      raise ValueError(f"unknown TransformerConfig fields: {unknown}")
+    return cls(**d)
+
+
+def _rope_theta(hf: dict[str, Any]) -> float:
+  params = hf.get("rope_parameters") or {}
+  scaling = hf.get("rope_scaling") or {}
+  for src in (params, scaling):
+    kind = src.get("rope_type", src.get("type", "default"))
+    if kind not in (None, "default"):
+      raise ValueError(
+        f"unsupported rope scaling type {kind!r} (only the default RoPE is implemented)"
+      )
+  theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+  return float(theta)
+
+
+def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
+  """Builds a TransformerConfig from an HF ``config.json`` dict (qwen3, qwen2, llama)."""
+  model_type = hf.get("model_type")
+  if model_type not in SUPPORTED_MODEL_TYPES:
+    raise ValueError(
+      f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+    )
+  act = hf.get("hidden_act", "silu")
+  if act != "silu":
+    raise ValueError(f"unsupported hidden_act {act!r} (only silu / SwiGLU is implemented)")
+  for field, allowed in _UNSUPPORTED_IF_SET.items():
+    if field == "layer_types":
+      lt = hf.get("layer_types")
+      if lt and any(t != "full_attention" for t in lt):
+        raise ValueError(f"unsupported layer_types {sorted(set(lt))} (only full_attention)")
+      continue
+    value = hf.get(field)
+    if value not in allowed:
+      if field == "sliding_window" and not hf.get("use_sliding_window", False):
+        continue
+      raise ValueError(f"unsupported config field {field}={value!r}")
+  if model_type == "qwen2" and hf.get("use_sliding_window", False):
+    raise ValueError("unsupported config field use_sliding_window=True")
+  for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size"):
+    if key not in hf:
+      raise ValueError(f"config.json lacks required field {key!r}")
+  n = hf["num_attention_heads"]
+  head_dim = hf.get("head_dim") or hf["hidden_size"] // n
+  if model_type == "qwen2":
+    qkv_bias = True
+  else:
+    qkv_bias = bool(hf.get("attention_bias", False))
+  kw = dict(
+    vocab_size=hf["vocab_size"],
+    embed_dim=hf["hidden_size"],
+    num_layers=hf["num_hidden_layers"],
+    num_heads=n,
+    num_kv_heads=hf.get("num_key_value_heads") or n,
+    head_dim=head_dim,
+    mlp_dim=hf["intermediate_size"],
+    rope_theta=_rope_theta(hf),
+    rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
+    qk_norm=model_type == "qwen3",
+    qkv_bias=qkv_bias,
+    tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+    max_position=int(hf.get("max_position_embeddings", 32768)),
+    model_type=model_type,
+    bos_token_id=hf.get("bos_token_id"),
+    eos_token_id=hf.get("eos_token_id"),
+    pad_token_id=hf.get("pad_token_id"),
+  )
+  kw.update(overrides)
+  return TransformerConfig(**kw)
+
+
+def to_hf_config(cfg: TransformerConfig) -> dict[str, Any]:
+  """The HF ``config.json`` dict for ``cfg`` (loadable by transformers' AutoConfig)."""
+  arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+  if cfg.model_type not in arch:
+    raise ValueError(f"cannot export model_type {cfg.model_type!r}")
+  if cfg.model_type == "qwen3" and not cfg.qk_norm:
+    raise ValueError("a qwen3 export requires qk_norm=True")
+  if cfg.model_type != "qwen3" and cfg.qk_norm:
+    raise ValueError(f"{cfg.model_type} has no qk-norm; export as qwen3")
+  if cfg.model_type == "qwen2" and not cfg.qkv_bias:
+    raise ValueError("a qwen2 export requires qkv_bias=True")
+  out = {
+    "architectures": [arch[cfg.model_type]],
+    "model_type": cfg.model_type,
+    "vocab_size": cfg.vocab_size,
+    "hidden_size": cfg.embed_dim,
+    "num_hidden_layers": cfg.num_layers,
+    "num_attention_heads": cfg.num_heads,
+    "num_key_value_heads": cfg.num_kv_heads,
+    "head_dim": cfg.head_dim,
+    "intermediate_size": cfg.mlp_dim,
+    "hidden_act": "silu",
+    "rms_norm_eps": cfg.rms_eps,
+    "rope_theta": cfg.rope_theta,
+    "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+    "tie_word_embeddings": cfg.tie_embeddings,
+    "max_position_embeddings": cfg.max_position,
+    "torch_dtype": jnp.dtype(cfg.param_dtype).name,
+    "bos_token_id": cfg.bos_token_id,
+    "eos_token_id": cfg.eos_token_id,
+    "pad_token_id": cfg.pad_token_id,
+  }
+  if cfg.model_type == "llama":
+    out["attention_bias"] = cfg.qkv_bias
+    out["mlp_bias"] = False
+  if cfg.model_type == "qwen3":
+    out["attention_bias"] = cfg.qkv_bias
+  return out

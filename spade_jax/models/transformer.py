@@ -1,0 +1,230 @@
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3) as a Flax NNX module.
+
+Layers are stored stacked (leading ``layers`` axis) and run with ``lax.scan``, so compile time
+does not grow with depth and the KV cache is one array per K/V. Every parameter carries logical
+axis names under ``sharding.LOGICAL_AXES_KEY``; activations are constrained at block boundaries.
+Matmuls run in ``cfg.dtype`` and accumulate in float32; norms, softmax and the residual stream
+are float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spade_jax import sharding
+from spade_jax.models.cache import KVCache
+from spade_jax.models.config import TransformerConfig
+
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+_F32 = jnp.float32
+
+# name -> (shape function of cfg, logical axes, init kind); the layer axis is prepended.
+_BLOCK_PARAMS = {
+  "attn_norm": (lambda c: (c.embed_dim,), ("norm",), "ones"),
+  "q": (lambda c: (c.embed_dim, c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), "w"),
+  "k": (lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"),
+        "w"),
+  "v": (lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"),
+        "w"),
+  "o": (lambda c: (c.num_heads, c.head_dim, c.embed_dim), ("heads", "head_dim", "embed"), "w"),
+  "mlp_norm": (lambda c: (c.embed_dim,), ("norm",), "ones"),
+  "gate": (lambda c: (c.embed_dim, c.mlp_dim), ("embed", "mlp"), "w"),
+  "up": (lambda c: (c.embed_dim, c.mlp_dim), ("embed", "mlp"), "w"),
+  "down": (lambda c: (c.mlp_dim, c.embed_dim), ("mlp", "embed"), "w"),
+}
+_BIAS_PARAMS = {
+  "q_bias": (lambda c: (c.num_heads, c.head_dim), ("heads", "head_dim"), "zeros"),
+  "k_bias": (lambda c: (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), "zeros"),
+  "v_bias": (lambda c: (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), "zeros"),
+}
+_QK_NORM_PARAMS = {
+  "q_norm": (lambda c: (c.head_dim,), ("norm",), "ones"),
+  "k_norm": (lambda c: (c.head_dim,), ("norm",), "ones"),
+}
+
+
+def block_param_specs(cfg: TransformerConfig) -> dict:
+  """The per-layer parameter table for ``cfg`` (names, shapes, logical axes, init)."""
+  specs = dict(_BLOCK_PARAMS)
+  if cfg.qkv_bias:
+    specs.update(_BIAS_PARAMS)
+  if cfg.qk_norm:
+    specs.update(_QK_NORM_PARAMS)
+  return specs
+
+
+def _param(rngs: nnx.Rngs, shape, axes, kind, dtype, std=0.02) -> nnx.Param:
+  if kind == "ones":
+    value = jnp.ones(shape, dtype)
+  elif kind == "zeros":
+    value = jnp.zeros(shape, dtype)
+  else:
+    value = (std * jax.random.normal(rngs.params(), shape, _F32)).astype(dtype)
+  return nnx.Param(value, **{sharding.LOGICAL_AXES_KEY: tuple(axes)})
+
+
+class Blocks(nnx.Module):
+  """All transformer blocks, parameters stacked along a leading ``layers`` axis."""
+
+  def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+    for name, (shape_fn, axes, kind) in block_param_specs(cfg).items():
+      shape = (cfg.num_layers, *shape_fn(cfg))
+      setattr(self, name, _param(rngs, shape, ("layers", *axes), kind, cfg.param_dtype))
+
+  def weights(self, cfg: TransformerConfig) -> dict[str, jax.Array]:
+    return {name: getattr(self, name)[...] for name in block_param_specs(cfg)}
+
+
+class Transformer(nnx.Module):
+  """``model(tokens_BT)`` -> float32 logits ``[B, T, V]``.
+
+  With ``cache=`` the new tokens are written into the KV cache at ``cache.index`` and the call
+  returns ``(logits, new_cache)``; ``positions_BT`` then gives each token's RoPE position and
+  ``mask_BT`` marks which of the new tokens are real (invalid ones are never attended to).
+  """
+
+  def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = _param(rngs, (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"), "w",
+                        cfg.param_dtype)
+    self.blocks = Blocks(cfg, rngs=rngs)
+    self.final_norm = _param(rngs, (cfg.embed_dim,), ("norm",), "ones", cfg.param_dtype)
+    if not cfg.tie_embeddings:
+      self.lm_head = _param(rngs, (cfg.embed_dim, cfg.vocab_size), ("embed", "vocab"), "w",
+                            cfg.param_dtype)
+
+  def __call__(self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None,
+               mask_BT=None):
+    hidden_BTD, new_cache = self.hidden(tokens_BT, positions_BT, cache=cache, mask_BT=mask_BT)
+    logits_BTV = self.logits(hidden_BTD)
+    return logits_BTV if cache is None else (logits_BTV, new_cache)
+
+  def hidden(self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None, mask_BT=None):
+    """Final-norm hidden states ``[B, T, D]`` (float32) and the updated cache (or None)."""
+    cfg = self.cfg
+    tokens_BT = jnp.asarray(tokens_BT, jnp.int32)
+    B, T = tokens_BT.shape
+    if positions_BT is None:
+      start = 0 if cache is None else cache.index
+      positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+    if mask_BT is None:
+      mask_BT = jnp.ones((B, T), bool)
+    x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(_F32)
+    x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
+    sin_BTH, cos_BTH = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
+
+    if cache is None:
+      causal_TT = jnp.tril(jnp.ones((T, T), bool))
+      attn_mask_BTS = causal_TT[None] & mask_BT[:, None, :]
+      kv_xs = None
+    else:
+      valid_BS = jax.lax.dynamic_update_slice(cache.valid_BS, mask_BT, (0, cache.index))
+      slot_S = jnp.arange(cache.size)
+      visible_TS = slot_S[None, :] <= (cache.index + jnp.arange(T))[:, None]
+      attn_mask_BTS = visible_TS[None] & valid_BS[:, None, :]
+      kv_xs = (cache.k_LBSKH, cache.v_LBSKH)
+
+    def body(x_BTD, xs):
+      w, kv = xs
+      x_BTD, new_kv = _block(cfg, w, x_BTD, sin_BTH, cos_BTH, attn_mask_BTS, kv,
+                             None if cache is None else cache.index)
+      return x_BTD, new_kv
+
+    if cfg.remat == "full":
+      body = jax.checkpoint(body)
+    elif cfg.remat == "dots":
+      body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+
+    x_BTD, new_kv = jax.lax.scan(body, x_BTD, (self.blocks.weights(cfg), kv_xs))
+    hidden_BTD = rms_norm(x_BTD, self.final_norm[...], cfg.rms_eps)
+    if cache is None:
+      return hidden_BTD, None
+    new_cache = KVCache(k_LBSKH=new_kv[0], v_LBSKH=new_kv[1], valid_BS=valid_BS,
+                        index=cache.index + T)
+    return hidden_BTD, new_cache
+
+  def unembed_matrix(self) -> jax.Array:
+    """``[D, V]`` output projection (the transposed embedding when tied)."""
+    return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+
+  def logits(self, hidden_BTD) -> jax.Array:
+    w_DV = self.unembed_matrix().astype(self.cfg.dtype)
+    logits_BTV = jnp.einsum("btd,dv->btv", hidden_BTD.astype(self.cfg.dtype), w_DV,
+                            preferred_element_type=_F32)
+    return sharding.constrain(logits_BTV, ("batch", "length", "act_vocab"))
+
+
+def rms_norm(x, weight, eps):
+  x32 = x.astype(_F32)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return normed * weight.astype(_F32)
+
+
+def rope_tables(positions_BT, head_dim, theta):
+  """sin/cos ``[B, T, H]`` in the HF (rotate-half) layout."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=_F32) / head_dim))
+  freqs_BTh = positions_BT.astype(_F32)[..., None] * inv_freq
+  emb_BTH = jnp.concatenate([freqs_BTh, freqs_BTh], axis=-1)
+  return jnp.sin(emb_BTH), jnp.cos(emb_BTH)
+
+
+def apply_rope(x_BTNH, sin_BTH, cos_BTH):
+  half = x_BTNH.shape[-1] // 2
+  rot = jnp.concatenate([-x_BTNH[..., half:], x_BTNH[..., :half]], axis=-1)
+  return x_BTNH * cos_BTH[:, :, None, :] + rot * sin_BTH[:, :, None, :]
+
+
+def _dense(x, w, spec, dtype):
+  return jnp.einsum(spec, x.astype(dtype), w.astype(dtype), preferred_element_type=_F32)
+
+
+def _block(cfg, w, x_BTD, sin_BTH, cos_BTH, mask_BTS, kv, index):
+  """One pre-norm block. ``kv`` is this layer's cache (K, V) or None; returns new (K, V)."""
+  dt = cfg.dtype
+  h_BTD = rms_norm(x_BTD, w["attn_norm"], cfg.rms_eps)
+  q_BTNH = _dense(h_BTD, w["q"], "btd,dnh->btnh", dt)
+  k_BTKH = _dense(h_BTD, w["k"], "btd,dkh->btkh", dt)
+  v_BTKH = _dense(h_BTD, w["v"], "btd,dkh->btkh", dt)
+  if cfg.qkv_bias:
+    q_BTNH = q_BTNH + w["q_bias"].astype(_F32)
+    k_BTKH = k_BTKH + w["k_bias"].astype(_F32)
+    v_BTKH = v_BTKH + w["v_bias"].astype(_F32)
+  if cfg.qk_norm:
+    q_BTNH = rms_norm(q_BTNH, w["q_norm"], cfg.rms_eps)
+    k_BTKH = rms_norm(k_BTKH, w["k_norm"], cfg.rms_eps)
+  q_BTNH = apply_rope(q_BTNH, sin_BTH, cos_BTH)
+  k_BTKH = apply_rope(k_BTKH, sin_BTH, cos_BTH)
+  q_BTNH = sharding.constrain(q_BTNH, ("batch", "length", "act_heads", None))
+
+  if kv is None:
+    keys_BSKH, values_BSKH, new_kv = k_BTKH, v_BTKH, None
+  else:
+    k_cache, v_cache = kv
+    zero = jnp.zeros((), jnp.int32)
+    start = (zero, index, zero, zero)
+    k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKH.astype(k_cache.dtype), start)
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKH.astype(v_cache.dtype), start)
+    keys_BSKH, values_BSKH, new_kv = k_cache, v_cache, (k_cache, v_cache)
+
+  B, T, N, H = q_BTNH.shape
+  K = cfg.num_kv_heads
+  q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
+  scores_BKGTS = jnp.einsum("btkgh,bskh->bkgts", q_BTKGH.astype(dt), keys_BSKH.astype(dt),
+                            preferred_element_type=_F32) * (H ** -0.5)
+  scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, _MASK_VALUE)
+  probs_BKGTS = jax.nn.softmax(scores_BKGTS, axis=-1)
+  attn_BTKGH = jnp.einsum("bkgts,bskh->btkgh", probs_BKGTS.astype(dt), values_BSKH.astype(dt),
+                          preferred_element_type=_F32)
+  attn_BTNH = attn_BTKGH.reshape(B, T, N, H)
+  x_BTD = x_BTD + _dense(attn_BTNH, w["o"], "btnh,nhd->btd", dt)
+  x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
+
+  h_BTD = rms_norm(x_BTD, w["mlp_norm"], cfg.rms_eps)
+  gate_BTF = _dense(h_BTD, w["gate"], "btd,df->btf", dt)
+  up_BTF = _dense(h_BTD, w["up"], "btd,df->btf", dt)
+  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "act_mlp"))
+  x_BTD = x_BTD + _dense(act_BTF, w["down"], "btf,fd->btd", dt)
+  x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
+  return x_BTD, new_kv

@@ -1,0 +1,1 @@
+"""spade_jax.rl."""

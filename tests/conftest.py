@@ -1,0 +1,17 @@
+"""Test configuration: fake 8 CPU devices before jax is imported anywhere."""
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+assert len(jax.devices()) == 8, "conftest must run before jax initialises its backend"
