@@ -35,7 +35,12 @@ def tiny_tokenizer_dir(vocab_size: int = 512) -> str:
   from transformers import PreTrainedTokenizerFast
 
   tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  # Digits are split individually (as in Qwen / SmolLM2 vocabularies) so numbers tokenise the
+  # same way wherever they appear.
+  tok.pre_tokenizer = pre_tokenizers.Sequence([
+    pre_tokenizers.Digits(individual_digits=True),
+    pre_tokenizers.ByteLevel(add_prefix_space=False),
+  ])
   tok.decoder = decoders.ByteLevel()
   trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
