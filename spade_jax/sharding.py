@@ -99,7 +99,7 @@ def logical_to_spec(
 
   With ``shape`` and ``mesh``, a mesh axis that does not divide its dimension (or that is absent
   from the mesh, or already used by an earlier dimension) is dropped, so the result is always a
-  valid sharding for that array.
+  valid sharding for that array. Mesh axes of size 1 are dropped (an equivalent spec).
   """
   table = dict(rules if rules is not None else get_rules())
   used: set[str] = set()
@@ -118,7 +118,7 @@ def logical_to_spec(
       if ax in used:
         continue
       if mesh is not None:
-        if ax not in mesh.shape:
+        if ax not in mesh.shape or mesh.shape[ax] == 1:
           continue
         if shape is not None and shape[i] % (size * mesh.shape[ax]):
           continue

@@ -17,8 +17,14 @@ from typing import Any
 import numpy as np
 
 # Token strings that end an assistant turn in common chat templates.
-_TURN_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>",
-                    "</s>")
+_TURN_END_TOKENS = (
+  "<|im_end|>",
+  "<|endoftext|>",
+  "<|eot_id|>",
+  "<|end_of_text|>",
+  "<|end|>",
+  "</s>",
+)
 
 
 class TokenizerError(ValueError):
@@ -28,8 +34,11 @@ class TokenizerError(ValueError):
 @functools.lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
   """Inverse of GPT-2's bytes_to_unicode map (printable stand-ins for the 256 bytes)."""
-  bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-    range(ord("®"), ord("ÿ") + 1))
+  bs = (
+    list(range(ord("!"), ord("~") + 1))
+    + list(range(ord("¡"), ord("¬") + 1))
+    + list(range(ord("®"), ord("ÿ") + 1))
+  )
   cs = bs[:]
   n = 0
   for b in range(256):
@@ -51,8 +60,10 @@ def _decoder_kind(backend_json: dict[str, Any]) -> str:
     return "sentencepiece"
   if "WordPiece" in kinds:
     return "wordpiece"
-  raise TokenizerError(f"unsupported tokenizer decoder {sorted(k for k in kinds if k)}: "
-                       "cannot build the token->bytes table")
+  raise TokenizerError(
+    f"unsupported tokenizer decoder {sorted(k for k in kinds if k)}: "
+    "cannot build the token->bytes table"
+  )
 
 
 class Tokenizer:
@@ -63,7 +74,8 @@ class Tokenizer:
     self.vocab_size = len(hf_tokenizer)
     self._backend = json.loads(hf_tokenizer.backend_tokenizer.to_str())
     self.special_ids = frozenset(int(i) for i in hf_tokenizer.all_special_ids) | frozenset(
-      int(i) for i, t in hf_tokenizer.added_tokens_decoder.items() if t.special)
+      int(i) for i, t in hf_tokenizer.added_tokens_decoder.items() if t.special
+    )
     self.eos_ids = tuple(eos_ids) if eos_ids is not None else self._find_eos_ids()
     pad = hf_tokenizer.pad_token_id
     self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
@@ -73,22 +85,28 @@ class Tokenizer:
     return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
 
   def decode(self, ids, skip_special_tokens: bool = False) -> str:
-    return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens,
-                          clean_up_tokenization_spaces=False)
+    return self.hf.decode(
+      [int(i) for i in ids],
+      skip_special_tokens=skip_special_tokens,
+      clean_up_tokenization_spaces=False,
+    )
 
-  def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt=True,
-                          **kwargs) -> list[int]:
+  def apply_chat_template(
+    self, messages: list[dict[str, str]], add_generation_prompt=True, **kwargs
+  ) -> list[int]:
     if not getattr(self.hf, "chat_template", None):
       raise TokenizerError("this tokenizer has no chat template")
-    out = self.hf.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                      tokenize=True, **kwargs)
+    out = self.hf.apply_chat_template(
+      messages, add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs
+    )
     if isinstance(out, dict) or hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
       out = out["input_ids"]
     return [int(i) for i in out]
 
   def render_chat(self, messages, add_generation_prompt=True, **kwargs) -> str:
-    return self.hf.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                       tokenize=False, **kwargs)
+    return self.hf.apply_chat_template(
+      messages, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs
+    )
 
   # --------------------------------------------------------------------------- special ids
   def _find_eos_ids(self) -> tuple[int, ...]:
@@ -152,7 +170,7 @@ class Tokenizer:
     for i, b in enumerate(tb):
       if len(b) > width:
         raise TokenizerError(f"token {i} has {len(b)} bytes > table width {width}")
-      arr[i, :len(b)] = np.frombuffer(b, np.uint8)
+      arr[i, : len(b)] = np.frombuffer(b, np.uint8)
       lens[i] = len(b)
     return arr, lens
 

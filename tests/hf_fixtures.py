@@ -37,18 +37,27 @@ def tiny_tokenizer_dir(vocab_size: int = 512) -> str:
   tok = Tokenizer(models.BPE())
   # Digits are split individually (as in Qwen / SmolLM2 vocabularies) so numbers tokenise the
   # same way wherever they appear.
-  tok.pre_tokenizer = pre_tokenizers.Sequence([
-    pre_tokenizers.Digits(individual_digits=True),
-    pre_tokenizers.ByteLevel(add_prefix_space=False),
-  ])
+  tok.pre_tokenizer = pre_tokenizers.Sequence(
+    [
+      pre_tokenizers.Digits(individual_digits=True),
+      pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ]
+  )
   tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                show_progress=False)
+  trainer = trainers.BpeTrainer(
+    vocab_size=vocab_size,
+    special_tokens=SPECIAL_TOKENS,
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    show_progress=False,
+  )
   tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
-  hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                               pad_token="<|endoftext|>", bos_token=None,
-                               additional_special_tokens=["<|im_start|>"])
+  hf = PreTrainedTokenizerFast(
+    tokenizer_object=tok,
+    eos_token="<|im_end|>",
+    pad_token="<|endoftext|>",
+    bos_token=None,
+    additional_special_tokens=["<|im_start|>"],
+  )
   hf.chat_template = CHATML_TEMPLATE
   out = Path(tempfile.mkdtemp(prefix="spade_tok_"))
   hf.save_pretrained(str(out))
@@ -60,19 +69,44 @@ def hf_config(kind: str, **overrides):
   from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
   if kind == "qwen3":  # qk-norm, head_dim != hidden/heads, GQA ratio 3, untied
-    kw = dict(vocab_size=1031, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
-              num_attention_heads=6, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
-              tie_word_embeddings=False, rms_norm_eps=1e-6)
+    kw = dict(
+      vocab_size=1031,
+      hidden_size=64,
+      intermediate_size=112,
+      num_hidden_layers=2,
+      num_attention_heads=6,
+      num_key_value_heads=2,
+      head_dim=16,
+      rope_theta=10000.0,
+      tie_word_embeddings=False,
+      rms_norm_eps=1e-6,
+    )
     cls = Qwen3Config
   elif kind == "qwen2":  # qkv bias, tied
-    kw = dict(vocab_size=1009, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0,
-              tie_word_embeddings=True, rms_norm_eps=1e-6)
+    kw = dict(
+      vocab_size=1009,
+      hidden_size=64,
+      intermediate_size=96,
+      num_hidden_layers=2,
+      num_attention_heads=4,
+      num_key_value_heads=2,
+      rope_theta=10000.0,
+      tie_word_embeddings=True,
+      rms_norm_eps=1e-6,
+    )
     cls = Qwen2Config
   elif kind in ("llama", "llama_tied"):  # rope_theta != 10000
-    kw = dict(vocab_size=997, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=4 if kind == "llama" else 1,
-              rope_theta=50000.0, tie_word_embeddings=kind == "llama_tied", rms_norm_eps=1e-5)
+    kw = dict(
+      vocab_size=997,
+      hidden_size=64,
+      intermediate_size=128,
+      num_hidden_layers=2,
+      num_attention_heads=4,
+      num_key_value_heads=4 if kind == "llama" else 1,
+      rope_theta=50000.0,
+      tie_word_embeddings=kind == "llama_tied",
+      rms_norm_eps=1e-5,
+    )
     cls = LlamaConfig
   else:
     raise ValueError(kind)

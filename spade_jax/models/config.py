@@ -66,8 +66,14 @@ class TransformerConfig:
 
   @property
   def num_params(self) -> int:
-    d, h, n, k, f, v = (self.embed_dim, self.head_dim, self.num_heads, self.num_kv_heads,
-                        self.mlp_dim, self.vocab_size)
+    d, h, n, k, f, v = (
+      self.embed_dim,
+      self.head_dim,
+      self.num_heads,
+      self.num_kv_heads,
+      self.mlp_dim,
+      self.vocab_size,
+    )
     attn = d * n * h * 2 + d * k * h * 2 + (n * h + 2 * k * h if self.qkv_bias else 0)
     attn += 2 * h if self.qk_norm else 0
     block = attn + 3 * d * f + 2 * d
@@ -135,8 +141,13 @@ def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
       raise ValueError(f"unsupported config field {field}={value!r}")
   if model_type == "qwen2" and hf.get("use_sliding_window", False):
     raise ValueError("unsupported config field use_sliding_window=True")
-  for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size"):
+  for key in (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+  ):
     if key not in hf:
       raise ValueError(f"config.json lacks required field {key!r}")
   n = hf["num_attention_heads"]

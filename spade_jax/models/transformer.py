@@ -24,10 +24,16 @@ _F32 = jnp.float32
 _BLOCK_PARAMS = {
   "attn_norm": (lambda c: (c.embed_dim,), ("norm",), "ones"),
   "q": (lambda c: (c.embed_dim, c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), "w"),
-  "k": (lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"),
-        "w"),
-  "v": (lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"),
-        "w"),
+  "k": (
+    lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim),
+    ("embed", "kv_heads", "head_dim"),
+    "w",
+  ),
+  "v": (
+    lambda c: (c.embed_dim, c.num_kv_heads, c.head_dim),
+    ("embed", "kv_heads", "head_dim"),
+    "w",
+  ),
   "o": (lambda c: (c.num_heads, c.head_dim, c.embed_dim), ("heads", "head_dim", "embed"), "w"),
   "mlp_norm": (lambda c: (c.embed_dim,), ("norm",), "ones"),
   "gate": (lambda c: (c.embed_dim, c.mlp_dim), ("embed", "mlp"), "w"),
@@ -87,16 +93,17 @@ class Transformer(nnx.Module):
 
   def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
-    self.embed = _param(rngs, (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"), "w",
-                        cfg.param_dtype)
+    self.embed = _param(
+      rngs, (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"), "w", cfg.param_dtype
+    )
     self.blocks = Blocks(cfg, rngs=rngs)
     self.final_norm = _param(rngs, (cfg.embed_dim,), ("norm",), "ones", cfg.param_dtype)
     if not cfg.tie_embeddings:
-      self.lm_head = _param(rngs, (cfg.embed_dim, cfg.vocab_size), ("embed", "vocab"), "w",
-                            cfg.param_dtype)
+      self.lm_head = _param(
+        rngs, (cfg.embed_dim, cfg.vocab_size), ("embed", "vocab"), "w", cfg.param_dtype
+      )
 
-  def __call__(self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None,
-               mask_BT=None):
+  def __call__(self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None, mask_BT=None):
     hidden_BTD, new_cache = self.hidden(tokens_BT, positions_BT, cache=cache, mask_BT=mask_BT)
     logits_BTV = self.logits(hidden_BTD)
     return logits_BTV if cache is None else (logits_BTV, new_cache)
@@ -128,8 +135,9 @@ class Transformer(nnx.Module):
 
     def body(x_BTD, xs):
       w, kv = xs
-      x_BTD, new_kv = _block(cfg, w, x_BTD, sin_BTH, cos_BTH, attn_mask_BTS, kv,
-                             None if cache is None else cache.index)
+      x_BTD, new_kv = _block(
+        cfg, w, x_BTD, sin_BTH, cos_BTH, attn_mask_BTS, kv, None if cache is None else cache.index
+      )
       return x_BTD, new_kv
 
     if cfg.remat == "full":
@@ -141,8 +149,9 @@ class Transformer(nnx.Module):
     hidden_BTD = rms_norm(x_BTD, self.final_norm[...], cfg.rms_eps)
     if cache is None:
       return hidden_BTD, None
-    new_cache = KVCache(k_LBSKH=new_kv[0], v_LBSKH=new_kv[1], valid_BS=valid_BS,
-                        index=cache.index + T)
+    new_cache = KVCache(
+      k_LBSKH=new_kv[0], v_LBSKH=new_kv[1], valid_BS=valid_BS, index=cache.index + T
+    )
     return hidden_BTD, new_cache
 
   def unembed_matrix(self) -> jax.Array:
@@ -151,8 +160,9 @@ class Transformer(nnx.Module):
 
   def logits(self, hidden_BTD) -> jax.Array:
     w_DV = self.unembed_matrix().astype(self.cfg.dtype)
-    logits_BTV = jnp.einsum("btd,dv->btv", hidden_BTD.astype(self.cfg.dtype), w_DV,
-                            preferred_element_type=_F32)
+    logits_BTV = jnp.einsum(
+      "btd,dv->btv", hidden_BTD.astype(self.cfg.dtype), w_DV, preferred_element_type=_F32
+    )
     return sharding.constrain(logits_BTV, ("batch", "length", "act_vocab"))
 
 
@@ -211,12 +221,14 @@ def _block(cfg, w, x_BTD, sin_BTH, cos_BTH, mask_BTS, kv, index):
   B, T, N, H = q_BTNH.shape
   K = cfg.num_kv_heads
   q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
-  scores_BKGTS = jnp.einsum("btkgh,bskh->bkgts", q_BTKGH.astype(dt), keys_BSKH.astype(dt),
-                            preferred_element_type=_F32) * (H ** -0.5)
+  scores_BKGTS = jnp.einsum(
+    "btkgh,bskh->bkgts", q_BTKGH.astype(dt), keys_BSKH.astype(dt), preferred_element_type=_F32
+  ) * (H**-0.5)
   scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, _MASK_VALUE)
   probs_BKGTS = jax.nn.softmax(scores_BKGTS, axis=-1)
-  attn_BTKGH = jnp.einsum("bkgts,bskh->btkgh", probs_BKGTS.astype(dt), values_BSKH.astype(dt),
-                          preferred_element_type=_F32)
+  attn_BTKGH = jnp.einsum(
+    "bkgts,bskh->btkgh", probs_BKGTS.astype(dt), values_BSKH.astype(dt), preferred_element_type=_F32
+  )
   attn_BTNH = attn_BTKGH.reshape(B, T, N, H)
   x_BTD = x_BTD + _dense(attn_BTNH, w["o"], "btnh,nhd->btd", dt)
   x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
