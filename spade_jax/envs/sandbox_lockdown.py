@@ -63,7 +63,7 @@ _X32_BIT = 0x40000000
 
 
 def set_rlimits(cfg: dict) -> dict:
-  """Applies the resource limits; returns what was set (soft == hard)."""
+  """Applies the resource limits (soft == hard except CPU); returns the soft values."""
   limits = {
     "RLIMIT_CORE": 0,
     "RLIMIT_AS": int(cfg["memory_bytes"]),
@@ -77,8 +77,10 @@ def set_rlimits(cfg: dict) -> dict:
     res = getattr(resource, name, None)
     if res is None:
       continue
+    # CPU: the soft limit sends SIGXCPU (reported as a timeout); hard == soft would be SIGKILL.
+    hard = value + 2 if name == "RLIMIT_CPU" else value
     try:
-      resource.setrlimit(res, (value, value))
+      resource.setrlimit(res, (value, hard))
       done[name] = value
     except (ValueError, OSError) as e:
       done[name] = f"not set: {e}"
@@ -194,8 +196,11 @@ def make_audit_hook(scratch: str, violations: list, trusted: list):
       if _under(p, (scratch,)) or (not _is_write(mode, flags) and _under(p, stdlib)):
         return
       deny(event, f"({p!r}, write={_is_write(mode, flags)})")
-    if event == "import" and args and str(args[0]).startswith("encodings."):
-      return
+    if event == "import":
+      name = str(args[0]) if args else "?"
+      if name.startswith("encodings."):
+        return
+      deny(event, f"({name!r})")
     if event == "object.__setattr__" and len(args) > 1 and args[1] in settable:
       return
     deny(event, "")

@@ -233,16 +233,21 @@ class _Run:
     self.deadline = time.monotonic() + config.total_timeout
     self.pool = SandboxPool(1, config.sandbox)
     self.stage = "load"
+    self._total = f"{config.total_timeout:g} s"
 
   def _budget(self, limit: float) -> tuple[float, bool]:
     left = self.deadline - time.monotonic()
     if left <= 0:
-      raise _Fail(self.stage, f"timed out: validation exceeded {self.config.total_timeout:g} s")
+      raise _Fail(
+        self.stage, f"timed out: validation exceeded its total time limit ({self._total})"
+      )
     return min(limit, left), left < limit
 
   def _error(self, what: str, err: EnvError, capped: bool) -> _Fail:
     if isinstance(err, EnvTimeout) and capped:
-      return _Fail(self.stage, f"{what} timed out: validation exceeded its total time limit")
+      return _Fail(
+        self.stage, f"{what} timed out: validation exceeded its total time limit ({self._total})"
+      )
     if isinstance(err, EnvException | EnvContractError):
       return _Fail(self.stage, err.reason)
     return _Fail(self.stage, f"{what}: {err.reason}")
