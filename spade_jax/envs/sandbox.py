@@ -1,15 +1,13 @@
 """Run untrusted (designer-written) environments in killable, locked-down worker processes.
 
 The host rollout loop and the validator use `SandboxPool` / `SandboxedEnv`; designer code
-never runs in the calling process. Each worker is `python -S -s -B sandbox_worker.py` started
-with `start_new_session` (own session and process group), a scrubbed environment (PATH, LANG,
-HOME/TMPDIR = scratch, PYTHONHASHSEED=0 and nothing else: no credentials or inherited
-secrets), a private scratch directory as cwd (deleted when the worker goes), stdin/stdout
-pipes carrying length-prefixed JSON (sandbox_protocol.py) and stderr to a capped file in the
-scratch. Inside, the worker locks itself down before loading any untrusted code
-(sandbox_lockdown.py: rlimits, privilege drop, seccomp, audit hook, tamper check;
-sandbox_worker.py: restricted builtins/imports and read-only module views), and
-`make_envs` runs the static AST check (sandbox_policy.py) on the host first.
+never runs in the calling process. Each worker (sandbox_process.WorkerProcess) is a separate
+Python process in its own session and process group, with a scrubbed environment, a private
+scratch directory and pipes carrying length-prefixed JSON (sandbox_protocol.py). Inside, the
+worker locks itself down before loading any untrusted code (sandbox_lockdown.py: rlimits,
+privilege drop, seccomp, audit hook, tamper check; sandbox_worker.py: restricted
+builtins/imports and read-only module views), and `make_envs` runs the static AST check
+(sandbox_policy.py) on the host first.
 
 The host enforces wall-clock timeouts per call (load/reset/step default 30 s) and caps reply
 sizes. A worker that times out, dies, segfaults, exceeds a limit, replies too much or commits a
@@ -26,176 +24,38 @@ from __future__ import annotations
 import itertools
 import os
 import select
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 import weakref
-from dataclasses import asdict, dataclass
 
 from spade_jax.envs import sandbox_policy, sandbox_protocol
+from spade_jax.envs.sandbox_process import (
+  EnvContractError,
+  EnvCrashed,
+  EnvError,
+  EnvException,
+  EnvTimeout,
+  EnvViolation,
+  SandboxConfig,
+  WorkerProcess,
+)
 
-WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
-NOBODY = 65534
-
-
-class EnvError(Exception):
-  """Base of the typed sandbox errors; `reason` is one line for reports."""
-
-  def __init__(self, reason: str, *, collateral: bool = False):
-    super().__init__(reason)
-    self.reason = reason
-    self.collateral = collateral
-
-
-class EnvTimeout(EnvError):
-  """A call exceeded its wall-clock timeout (or the worker its CPU limit); worker killed."""
-
-
-class EnvCrashed(EnvError):
-  """The worker died (signal, exit) or was replaced; the environment instance is gone."""
-
-
-class EnvException(EnvCrashed):
-  """The environment's own code raised; the worker is intact."""
-
-
-class EnvViolation(EnvError):
-  """A denied operation, exceeded limit, tampering or oversized output; worker killed."""
-
-
-class EnvContractError(EnvError):
-  """A method returned the wrong shape or types (DESIGN.md §5)."""
-
+__all__ = [
+  "EnvContractError",
+  "EnvCrashed",
+  "EnvError",
+  "EnvException",
+  "EnvTimeout",
+  "EnvViolation",
+  "SandboxConfig",
+  "SandboxPool",
+  "SandboxedEnv",
+]
 
 _KIND_ERRORS = {
   "exception": EnvException,
   "contract": EnvContractError,
   "violation": EnvViolation,
 }
-
-
-@dataclass(frozen=True)
-class SandboxConfig:
-  """Limits and layers of every worker of a pool (defaults per DESIGN.md §6)."""
-
-  load_timeout: float = 30.0  # seconds for worker start-up and for loading one instance
-  call_timeout: float = 30.0  # seconds for one reset/step/solution
-  memory_bytes: int = 512 * 2**20  # RLIMIT_AS
-  cpu_seconds: int = 600  # RLIMIT_CPU over a worker's life; retired after half of it
-  file_bytes: int = 2**20  # RLIMIT_FSIZE
-  max_open_files: int = 64  # RLIMIT_NOFILE
-  max_text_chars: int = 65536  # observation / solution length cap
-  max_info_bytes: int = 65536  # info dict (as JSON) cap
-  max_reply_bytes: int = 2**20  # frame cap on the host side
-  seccomp: bool = True
-  audit_hook: bool = True
-  restricted_runtime: bool = True  # restricted builtins/imports, module views, tamper check
-  drop_privileges: bool = True  # when running as root: switch workers to uid 65534
-  scratch_root: str | None = None  # parent of the per-worker scratch dirs (default: TMPDIR)
-
-  def worker_config(self) -> dict:
-    keep = ("memory_bytes", "cpu_seconds", "file_bytes", "max_open_files", "max_text_chars",
-            "max_info_bytes", "seccomp", "audit_hook", "restricted_runtime", "drop_privileges")  # fmt: skip
-    return {k: v for k, v in asdict(self).items() if k in keep}
-
-
-def _signal_name(sig: int) -> str:
-  try:
-    return signal.Signals(sig).name
-  except ValueError:
-    return f"signal {sig}"
-
-
-class _Worker:
-  """One sandboxed process: pipes, frame buffer, outgoing bytes and the ids it hosts."""
-
-  def __init__(self, config: SandboxConfig):
-    self.scratch = tempfile.mkdtemp(prefix="spade_sandbox_", dir=config.scratch_root)
-    if os.geteuid() == 0 and config.drop_privileges:
-      os.chown(self.scratch, NOBODY, NOBODY)
-    env = {
-      "PATH": "/usr/bin:/bin",
-      "LANG": "C.UTF-8",
-      "LC_ALL": "C.UTF-8",
-      "HOME": self.scratch,
-      "TMPDIR": self.scratch,
-      "PYTHONHASHSEED": "0",
-    }
-    flags = ["-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
-    self.stderr_path = os.path.join(self.scratch, "stderr.log")
-    with open(self.stderr_path, "wb") as err:
-      self.proc = subprocess.Popen(
-        [sys.executable, *flags, WORKER_SCRIPT],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=err,
-        cwd=self.scratch,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-      )
-    self.pid = self.proc.pid
-    self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-    os.set_blocking(self.wfd, False)
-    os.set_blocking(self.rfd, False)
-    self.frames = sandbox_protocol.FrameBuffer(config.max_reply_bytes)
-    self.out = b""
-    self.envs: set[int] = set()
-    self.cpu = 0.0
-    self.layers: dict = {}
-    self.dead: str | None = None  # why the worker is gone, once it is
-    self.retiring = False
-
-  def stderr_tail(self, n: int = 300) -> str:
-    try:
-      with open(self.stderr_path, "rb") as f:
-        f.seek(max(0, os.path.getsize(self.stderr_path) - n))
-        return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-      return ""
-
-  def death_error(self) -> EnvError:
-    """Classifies why the process ended (after EOF on its stdout)."""
-    try:
-      rc = self.proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-      self.kill("worker closed its output but did not exit")
-      rc = self.proc.returncode
-    tail = self.stderr_tail()
-    extra = f"; stderr: {tail.splitlines()[-1][:200]}" if tail else ""
-    if rc is not None and rc < 0:
-      sig = -rc
-      if sig == signal.SIGXCPU:
-        return EnvTimeout(f"worker exceeded its CPU time limit (SIGXCPU){extra}")
-      if sig == signal.SIGXFSZ:
-        return EnvViolation(f"worker exceeded the file size limit (SIGXFSZ){extra}")
-      if sig == signal.SIGSYS:
-        return EnvViolation(f"worker killed by seccomp (SIGSYS){extra}")
-      return EnvCrashed(f"worker died with {_signal_name(sig)}{extra}")
-    return EnvCrashed(f"worker exited with status {rc}{extra}")
-
-  def kill(self, why: str) -> None:
-    """SIGKILL to the whole process group, reap, close pipes, delete the scratch dir."""
-    if self.dead is None:
-      self.dead = why
-    for fn in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: self.proc.kill()):
-      try:
-        fn()
-      except (ProcessLookupError, PermissionError, OSError):
-        pass
-    try:
-      self.proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      pass
-    for f in (self.proc.stdin, self.proc.stdout):
-      try:
-        f.close()
-      except OSError:
-        pass
-    shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _kill_all(workers: list) -> None:
@@ -207,7 +67,7 @@ def _kill_all(workers: list) -> None:
 class SandboxedEnv:
   """Handle to one environment instance living in a sandboxed worker."""
 
-  def __init__(self, pool: SandboxPool, worker: _Worker, env_id: int, class_name: str):
+  def __init__(self, pool: SandboxPool, worker: WorkerProcess, env_id: int, class_name: str):
     self.pool, self.worker, self.id, self.class_name = pool, worker, env_id, class_name
     self.dead: str | None = None
 
@@ -242,7 +102,7 @@ class SandboxPool:
     if num_workers < 1:
       raise ValueError("num_workers must be >= 1")
     self.config = config or SandboxConfig()
-    self.workers: list[_Worker | None] = [None] * num_workers
+    self.workers: list[WorkerProcess | None] = [None] * num_workers
     self._ids = itertools.count()
     self._rr = 0
     self.stats = {"workers_started": 0, "workers_killed": 0}
@@ -262,19 +122,19 @@ class SandboxPool:
   def live_pids(self) -> list[int]:
     return [w.pid for w in self.workers if w is not None and w.dead is None]
 
-  def _kill(self, w: _Worker, why: str) -> None:
+  def _kill(self, w: WorkerProcess, why: str) -> None:
     if w.dead is None:
       self.stats["workers_killed"] += 1
     w.kill(why)
 
-  def _ready_workers(self) -> list[_Worker]:
+  def _ready_workers(self) -> list[WorkerProcess]:
     """All slots hold a live, non-retiring worker (started together, in parallel)."""
     fresh = []
     for i, w in enumerate(self.workers):
       if w is not None and w.retiring and not w.envs and w.dead is None:
         self._kill(w, "retired after using half its CPU budget")
       if w is None or w.dead is not None or (w.retiring and not w.envs):
-        self.workers[i] = w = _Worker(self.config)
+        self.workers[i] = w = WorkerProcess(self.config)
         self.stats["workers_started"] += 1
         fresh.append(w)
     if fresh:
@@ -314,7 +174,7 @@ class SandboxPool:
       if issue is not None:
         raise EnvViolation(f"static check failed: {issue}")
     workers = self._ready_workers()
-    jobs: dict[_Worker, tuple[list, list]] = {}
+    jobs: dict[WorkerProcess, tuple[list, list]] = {}
     placed = []
     for _ in range(n):
       w = workers[self._rr % len(workers)]
@@ -338,7 +198,7 @@ class SandboxPool:
 
   def close_envs(self, envs: list[SandboxedEnv]) -> None:
     """Frees the instances in their workers (one request per worker)."""
-    ids: dict[_Worker, list[int]] = {}
+    ids: dict[WorkerProcess, list[int]] = {}
     for e in envs:
       e.dead = e.dead or "closed"
       if e.worker.dead is None and e.id in e.worker.envs:
@@ -359,7 +219,7 @@ class SandboxPool:
       raise ValueError("envs and args must have the same length")
     timeout = timeout or self.config.call_timeout
     out: list = [None] * len(envs)
-    jobs: dict[_Worker, tuple[list, list]] = {}
+    jobs: dict[WorkerProcess, tuple[list, list]] = {}
     for k, (e, a) in enumerate(zip(envs, args)):
       if e.dead is not None:
         out[k] = EnvCrashed(f"environment is gone: {e.dead}")
@@ -394,7 +254,7 @@ class SandboxPool:
 
   # -- the I/O loop ------------------------------------------------------------------------
 
-  def _exchange(self, jobs: dict[_Worker, tuple[list, list]]) -> dict:
+  def _exchange(self, jobs: dict[WorkerProcess, tuple[list, list]]) -> dict:
     """Sends each worker its requests and collects one reply per expected key.
 
     `jobs[w] = (requests, [(key, timeout), ...])`. Writing and reading are multiplexed with
@@ -412,7 +272,7 @@ class SandboxPool:
       w.out = b"".join(sandbox_protocol.encode(r) for r in reqs)
       active[w] = [list(expect), now]
 
-    def fail(w: _Worker, err: EnvError) -> None:
+    def fail(w: WorkerProcess, err: EnvError) -> None:
       expect = active.pop(w)[0]
       results[expect[0][0]] = err
       for key, _ in expect[1:]:
@@ -458,7 +318,7 @@ class SandboxPool:
         self._drain(w, active, results, fail)
     return results
 
-  def _drain(self, w: _Worker, active: dict, results: dict, fail) -> None:
+  def _drain(self, w: WorkerProcess, active: dict, results: dict, fail) -> None:
     while w in active:
       try:
         body = w.frames.next_frame()
