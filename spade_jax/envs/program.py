@@ -1,0 +1,452 @@
+"""`EnvProgram`: one environment as fixed-size int32 arrays, plus the checks every program passes.
+
+A program is data for the interpreter (`interpreter.py`): straight-line register code for
+`reset` and for `step`, constant tables, a feedback *case table* and token templates. Every
+size is a static `ProgramConfig` field, so all programs of one config share one compiled
+interpreter and a batch of different programs vectorises with `vmap`.
+
+Machine model (what the assembler, the translator and the tiny designer target):
+
+* Scalar registers: ``r0..r{n_regs-1}`` (general, start at 0) followed by five read-only
+  specials ``turn`` (steps taken, 1-based inside `step`), ``maxturns``, ``found`` (an answer
+  was parsed), ``guess`` (its first int, 0 if none) and ``nguess`` (how many ints).
+* List registers: ``l0..l{n_lists-1}`` (general, capacity ``list_len``) followed by the
+  read-only ``lguess`` (the parsed answer as a list). Constant tables ``t0..`` are read-only
+  lists stored in the program.
+* Instructions ``(op, dst, amode, a, bmode, b, cmode, c)``; an operand is an immediate, a
+  scalar register, a list register or a table (``MODE_*``). Arithmetic has Python semantics
+  (floor ``//`` and ``%``, ``abs``/``min``/``max``, comparisons yielding 0/1) and is checked:
+  any intermediate result outside int32 sets the sticky ``FAULT_OVERFLOW`` bit in the state
+  (conservative w.r.t. Python's unbounded ints, which is what a translator needs to refuse).
+  Python exceptions (zero division, bad index, empty choice ...) set other fault bits.
+* After the step code runs, the first case ``(pred, reward, stop)`` whose predicate is
+  non-zero picks the feedback template, the reward (in thousandths, so ``1000`` is 1.0) and
+  whether the episode terminates. Truncation is structural: ``turn >= max_turns`` and not
+  terminated.
+* Templates: literal token ids with number slots (scalar register as decimal, list as
+  ``"a, b, c"``); see `text.py`. Template 0 is the observation, 1 the hint, 2 the solution
+  (``\\boxed{answer}``), ``3 + i`` the text of case ``i``.
+
+`check_program` is written once over an array namespace (`numpy` on the host, `jax.numpy` on
+device, under `jit`/`vmap`) so host and device validation cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+# Operand modes.
+MODE_NONE, MODE_IMM, MODE_REG, MODE_LIST, MODE_TABLE = range(5)
+# Template slot kinds.
+SLOT_NONE, SLOT_INT, SLOT_LIST = range(3)
+# Template indices.
+TPL_OBS, TPL_HINT, TPL_SOLUTION, TPL_CASE0 = range(4)
+# Answer kinds.
+ANSWER_INT, ANSWER_LIST = 1, 2
+SPECIALS = ("turn", "maxturns", "found", "guess", "nguess")
+SPECIAL_TURN, SPECIAL_MAXTURNS, SPECIAL_FOUND, SPECIAL_GUESS, SPECIAL_NGUESS = range(5)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+REWARD_SCALE = 1000  # rewards are stored in thousandths
+
+# Sticky fault bits (the interpreter ORs them into `EnvState.fault`).
+FAULT_OVERFLOW = 1  # an int32 result overflowed
+FAULT_ZERO_DIV = 2  # // or % by zero
+FAULT_INDEX = 4  # bad index, value not in list, min/max of an empty list, bad sample size
+FAULT_RANDOM = 8  # empty rand range or choice, or a replayed draw outside its range
+FAULT_CAPACITY = 16  # a list, the draw log or the observation buffer overflowed
+FAULT_REWARD = 32  # reward outside [-1, 1]
+FAULT_NAMES = {
+  FAULT_OVERFLOW: "int32 overflow",
+  FAULT_ZERO_DIV: "division by zero",
+  FAULT_INDEX: "index/value error",
+  FAULT_RANDOM: "bad random draw",
+  FAULT_CAPACITY: "capacity exceeded",
+  FAULT_REWARD: "reward out of range",
+}
+
+# Opcodes: name -> (destination kind, operand kinds). Destination "r" = writable scalar
+# register, "l" = writable list register, "-" = none. Operand "S" = scalar (immediate or
+# register), "L" = list (list register or table). The order fixes the opcode numbers.
+OPS: dict[str, tuple[str, str]] = {
+  "nop": ("-", ""),
+  "set": ("r", "S"),
+  "add": ("r", "SS"),
+  "sub": ("r", "SS"),
+  "mul": ("r", "SS"),
+  "div": ("r", "SS"),
+  "mod": ("r", "SS"),
+  "neg": ("r", "S"),
+  "abs": ("r", "S"),
+  "min": ("r", "SS"),
+  "max": ("r", "SS"),
+  "eq": ("r", "SS"),
+  "ne": ("r", "SS"),
+  "lt": ("r", "SS"),
+  "le": ("r", "SS"),
+  "gt": ("r", "SS"),
+  "ge": ("r", "SS"),
+  "and": ("r", "SS"),
+  "or": ("r", "SS"),
+  "not": ("r", "S"),
+  "sel": ("r", "SSS"),
+  "gcd": ("r", "SS"),
+  "rand": ("r", "SS"),
+  "choice": ("r", "L"),
+  "len": ("r", "L"),
+  "sum": ("r", "L"),
+  "lmin": ("r", "L"),
+  "lmax": ("r", "L"),
+  "argmin": ("r", "L"),
+  "argmax": ("r", "L"),
+  "count": ("r", "LS"),
+  "find": ("r", "LS"),
+  "get": ("r", "LS"),
+  "match": ("r", "LL"),
+  "leq": ("r", "LL"),
+  "dot": ("r", "LL"),
+  "lset": ("l", "SS"),
+  "push": ("l", "S"),
+  "clear": ("l", ""),
+  "copy": ("l", "L"),
+  "sort": ("l", "L"),
+  "rev": ("l", "L"),
+  "take": ("l", "LS"),
+  "shuffle": ("l", "L"),
+  "sample": ("l", "LS"),
+  "range": ("l", "SS"),
+  "digits": ("l", "S"),
+}
+OP_NAMES = tuple(OPS)
+OPCODE = {name: i for i, name in enumerate(OP_NAMES)}
+N_OPS = len(OP_NAMES)
+# Per-opcode signature tables (used by the checker): dst kind 0 none / 1 scalar / 2 list, and
+# per operand 0 unused / 1 scalar / 2 list.
+_DST_KIND = np.array([" rl".index(OPS[n][0].replace("-", " ")) for n in OP_NAMES], np.int32)
+_ARG_KIND = np.array([[" SL".index(k) for k in OPS[n][1].ljust(3)] for n in OP_NAMES], np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramConfig:
+  """Static sizes shared by every program of one compiled interpreter."""
+
+  n_regs: int = 24  # general scalar registers
+  n_lists: int = 4  # general list registers
+  list_len: int = 12  # capacity of every list, table and parsed answer list
+  n_tables: int = 4
+  n_reset: int = 48  # reset instructions
+  n_step: int = 24  # step instructions
+  n_cases: int = 8
+  tpl_tokens: int = 96  # literal tokens per template
+  tpl_slots: int = 8  # number slots per template
+  tail_len: int = 4  # sign-variant tokens before a number / list separator tokens
+  obs_len: int = 256  # rendered observation buffer
+  n_draws: int = 64  # random draws recorded per episode
+  max_turns_cap: int = 32
+
+  def __post_init__(self):
+    if self.list_len < 10:
+      raise ValueError("list_len must be >= 10 (digits of an int32)")
+
+  @property
+  def n_regfile(self) -> int:
+    return self.n_regs + len(SPECIALS)
+
+  @property
+  def n_listfile(self) -> int:  # general lists + lguess
+    return self.n_lists + 1
+
+  @property
+  def n_templates(self) -> int:
+    return TPL_CASE0 + self.n_cases
+
+
+DEFAULT_CONFIG = ProgramConfig()
+
+
+@struct.dataclass
+class EnvProgram:
+  """One environment. All fields are int32 arrays; shapes are fixed by `ProgramConfig`."""
+
+  reset_code: jnp.ndarray  # [n_reset, 8] (op, dst, amode, a, bmode, b, cmode, c)
+  step_code: jnp.ndarray  # [n_step, 8]
+  tables: jnp.ndarray  # [n_tables, list_len]
+  table_len: jnp.ndarray  # [n_tables]
+  cases: jnp.ndarray  # [n_cases, 5] (pred mode, pred, reward mode, reward, stop)
+  n_cases: jnp.ndarray  # []
+  max_turns: jnp.ndarray  # []
+  answer: jnp.ndarray  # [2] (ANSWER_INT | ANSWER_LIST, register index)
+  tpl_ids: jnp.ndarray  # [n_templates, tpl_tokens] literal token ids
+  tpl_len: jnp.ndarray  # [n_templates]
+  # Slots: (kind, register, insert position, drop before if negative, drop before / after
+  # if an empty list); tails: the tokens inserted instead (variant 0 negative, 1 empty list).
+  tpl_slots: jnp.ndarray  # [n_templates, tpl_slots, 6]
+  tpl_tail: jnp.ndarray  # [n_templates, tpl_slots, 2, tail_len]
+  tpl_tail_len: jnp.ndarray  # [n_templates, tpl_slots, 2]
+  digit_ids: jnp.ndarray  # [10] token id of each decimal digit
+  sep_ids: jnp.ndarray  # [2, tail_len] list separator before a >= 0 / < 0 element
+  sep_len: jnp.ndarray  # [2]
+
+
+class Action(NamedTuple):
+  """A parsed answer: ``found``, how many ints (``count``; 1 for a bare int) and the ints."""
+
+  found: jnp.ndarray  # [] bool
+  count: jnp.ndarray  # [] int32
+  values: jnp.ndarray  # [list_len] int32
+
+
+def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
+  """Zero arrays with the shapes of every `EnvProgram` field (what builders fill in)."""
+  t, s = cfg.n_templates, cfg.tpl_slots
+  z = lambda *shape: np.zeros(shape, np.int32)
+  return dict(
+    reset_code=z(cfg.n_reset, 8),
+    step_code=z(cfg.n_step, 8),
+    tables=z(cfg.n_tables, cfg.list_len),
+    table_len=z(cfg.n_tables),
+    cases=z(cfg.n_cases, 5),
+    n_cases=z(),
+    max_turns=z(),
+    answer=z(2),
+    tpl_ids=z(t, cfg.tpl_tokens),
+    tpl_len=z(t),
+    tpl_slots=z(t, s, 6),
+    tpl_tail=z(t, s, 2, cfg.tail_len),
+    tpl_tail_len=z(t, s, 2),
+    digit_ids=z(10),
+    sep_ids=z(2, cfg.tail_len),
+    sep_len=z(2),
+  )
+
+
+def program_from_arrays(arrays: dict[str, np.ndarray]) -> EnvProgram:
+  return EnvProgram(**{k: np.asarray(v, np.int32) for k, v in arrays.items()})
+
+
+def stack_programs(programs: list[EnvProgram]) -> EnvProgram:
+  """Stacks programs along a new leading axis (for `vmap`)."""
+  return EnvProgram(
+    **{
+      f.name: np.stack([np.asarray(getattr(p, f.name)) for p in programs])
+      for f in dataclasses.fields(EnvProgram)
+    }
+  )
+
+
+def make_action(values, cfg: ProgramConfig) -> Action:
+  """Host helper: an `Action` from a list of ints (or ``None`` for "no answer")."""
+  out = np.zeros(cfg.list_len, np.int32)
+  if values is None:
+    return Action(np.bool_(False), np.int32(0), out)
+  out[: len(values)] = values
+  return Action(np.bool_(True), np.int32(len(values)), out)
+
+
+# ----------------------------------------------------------------------------- validation
+# Error codes of `check_program`, in the order they are tested; `where` is the row index.
+CHECKS = (
+  "ok",
+  "reset instruction {where}: unknown opcode",
+  "reset instruction {where}: bad destination for this opcode",
+  "reset instruction {where}: operand mode does not fit this opcode",
+  "reset instruction {where}: operand out of range",
+  "reset instruction {where}: empty random range or choice",
+  "step instruction {where}: unknown opcode",
+  "step instruction {where}: bad destination for this opcode",
+  "step instruction {where}: operand mode does not fit this opcode",
+  "step instruction {where}: operand out of range",
+  "step instruction {where}: empty random range or choice",
+  "reset code: instruction {where} follows a nop (nops only pad the end)",
+  "step code: instruction {where} follows a nop (nops only pad the end)",
+  "table {where}: length out of range or non-zero padding",
+  "max_turns must be in [1, max_turns_cap]",
+  "n_cases must be in [1, config n_cases]",
+  "case {where}: bad predicate/reward operand or stop flag",
+  "case {where}: immediate reward outside [-1000, 1000]",
+  "answer: must name a general scalar register or a general list register",
+  "template {where}: token id out of range or non-zero padding",
+  "template {where}: bad number slot (kind, register, position or order)",
+  "template {where}: sign tail longer than tail_len or non-zero padding",
+  "template {where}: belongs to an unused case but is not empty",
+  "tokenizer tables: digit/separator ids out of range",
+)
+
+
+def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: int = 1 << 30):
+  """Well-formedness, ranges and static bounds. Returns ``(code, where)`` int32 scalars:
+  ``code`` indexes `CHECKS` (0 = valid), ``where`` is the offending row. ``xp`` is `numpy`
+  (host) or `jax.numpy` (device; traceable, vmappable over programs)."""
+  checks = []
+  for code in (program.reset_code, program.step_code):
+    checks += _code_checks(xp.asarray(code), xp.asarray(program.table_len), cfg, xp)
+  for code in (program.reset_code, program.step_code):
+    op = xp.asarray(code)[:, 0]
+    after_nop = xp.cumsum((op == 0).astype(xp.int32)) - (op == 0) > 0
+    checks.append((op != 0) & after_nop)
+  tl = xp.asarray(program.table_len)
+  col = xp.arange(cfg.list_len)
+  checks.append(
+    (tl < 0)
+    | (tl > cfg.list_len)
+    | xp.any((col[None, :] >= tl[:, None]) & (xp.asarray(program.tables) != 0), 1)
+  )
+  mt, nc = xp.asarray(program.max_turns), xp.asarray(program.n_cases)
+  checks.append(((mt < 1) | (mt > cfg.max_turns_cap))[None])
+  checks.append(((nc < 1) | (nc > cfg.n_cases))[None])
+  cases = xp.asarray(program.cases)
+  used = xp.arange(cfg.n_cases) < nc
+  bad_case = (
+    ~_scalar_operand_ok(cases[:, 0], cases[:, 1], cfg)
+    | ~_scalar_operand_ok(cases[:, 2], cases[:, 3], cfg)
+    | (cases[:, 4] < 0)
+    | (cases[:, 4] > 1)
+  )
+  checks.append(xp.where(used, bad_case, xp.any(cases != 0, 1)))
+  checks.append(used & (cases[:, 2] == MODE_IMM) & (xp.abs(cases[:, 3]) > REWARD_SCALE))
+  ans = xp.asarray(program.answer)
+  checks.append(
+    (
+      ~(
+        ((ans[0] == ANSWER_INT) & (ans[1] >= 0) & (ans[1] < cfg.n_regs))
+        | ((ans[0] == ANSWER_LIST) & (ans[1] >= 0) & (ans[1] < cfg.n_lists))
+      )
+    )[None]
+  )
+  checks += _template_checks(program, cfg, xp, vocab_size)
+  ids = xp.concatenate([xp.asarray(program.digit_ids), xp.asarray(program.sep_ids).reshape(-1)])
+  sl = xp.asarray(program.sep_len)
+  checks.append(
+    (xp.any((ids < 0) | (ids >= vocab_size)) | xp.any((sl < 0) | (sl > cfg.tail_len)))[None]
+  )
+  code, where = xp.int32(0), xp.int32(0)
+  for i in range(len(checks) - 1, -1, -1):  # the first failing check wins
+    bad = xp.asarray(checks[i])
+    hit = xp.any(bad)
+    code = xp.where(hit, xp.int32(i + 1), code)
+    where = xp.where(hit, xp.argmax(bad).astype(xp.int32), where)
+  return code, where
+
+
+def _scalar_operand_ok(mode, val, cfg):
+  return (mode == MODE_IMM) | ((mode == MODE_REG) & (val >= 0) & (val < cfg.n_regfile))
+
+
+def _code_checks(code, table_len, cfg: ProgramConfig, xp):
+  op, dst = code[:, 0], code[:, 1]
+  known = (op >= 0) & (op < N_OPS)
+  opc = xp.clip(op, 0, N_OPS - 1)
+  dkind, akind = xp.asarray(_DST_KIND)[opc], xp.asarray(_ARG_KIND)[opc]
+  bad_dst = xp.where(
+    dkind == 1,
+    (dst < 0) | (dst >= cfg.n_regs),
+    xp.where(dkind == 2, (dst < 0) | (dst >= cfg.n_lists), dst != 0),
+  )
+  bad_mode = xp.zeros(op.shape, bool)
+  bad_range = xp.zeros(op.shape, bool)
+  for j in range(3):
+    mode, val, kind = code[:, 2 + 2 * j], code[:, 3 + 2 * j], akind[:, j]
+    scalar_ok = (mode == MODE_IMM) | (mode == MODE_REG)
+    list_ok = (mode == MODE_LIST) | (mode == MODE_TABLE)
+    bad_mode |= xp.where(
+      kind == 1, ~scalar_ok, xp.where(kind == 2, ~list_ok, (mode != 0) | (val != 0))
+    )
+    limit = xp.where(
+      mode == MODE_REG, cfg.n_regfile, xp.where(mode == MODE_LIST, cfg.n_listfile, cfg.n_tables)
+    )
+    bad_range |= (mode >= MODE_REG) & ((val < 0) | (val >= limit))
+  # Statically empty random ranges: rand with immediate lo > hi; choice from an empty table.
+  rand_bad = (
+    (op == OPCODE["rand"])
+    & (code[:, 2] == MODE_IMM)
+    & (code[:, 4] == MODE_IMM)
+    & (code[:, 3] > code[:, 5])
+  )
+  table = xp.clip(code[:, 3], 0, cfg.n_tables - 1)
+  rand_bad |= (op == OPCODE["choice"]) & (code[:, 2] == MODE_TABLE) & (table_len[table] <= 0)
+  return [
+    ~known,
+    known & bad_dst,
+    known & ~bad_dst & bad_mode,
+    known & ~bad_mode & bad_range,
+    rand_bad,
+  ]
+
+
+def _template_checks(program: EnvProgram, cfg: ProgramConfig, xp, vocab_size):
+  ids, n = xp.asarray(program.tpl_ids), xp.asarray(program.tpl_len)
+  col = xp.arange(cfg.tpl_tokens)
+  inside = col[None, :] < n[:, None]
+  bad_ids = (
+    (n < 0)
+    | (n > cfg.tpl_tokens)
+    | xp.any(xp.where(inside, (ids < 0) | (ids >= vocab_size), ids != 0), 1)
+  )
+  slots = xp.asarray(program.tpl_slots)
+  kind, reg, pos, drop = slots[..., 0], slots[..., 1], slots[..., 2], slots[..., 3]
+  edrop, eafter = slots[..., 4], slots[..., 5]
+  active = kind != SLOT_NONE
+  reg_ok = xp.where(
+    kind == SLOT_INT, (reg >= 0) & (reg < cfg.n_regfile), (reg >= 0) & (reg < cfg.n_listfile)
+  )
+  prev_pos = xp.concatenate([xp.zeros_like(pos[:, :1]), pos[:, :-1]], 1)
+  prev_active = xp.concatenate([xp.ones_like(active[:, :1]), active[:, :-1]], 1)
+  next_pos = xp.concatenate([pos[:, 1:], xp.zeros_like(pos[:, :1])], 1)
+  next_pos = xp.where(
+    xp.concatenate([active[:, 1:], xp.zeros_like(active[:, :1])], 1), next_pos, n[:, None]
+  )
+  slot_ok = xp.where(
+    active,
+    (kind <= SLOT_LIST)
+    & reg_ok
+    & (pos >= prev_pos)
+    & prev_active
+    & (pos <= n[:, None])
+    & (drop >= 0)
+    & (drop <= pos - prev_pos)
+    & (edrop >= 0)
+    & (edrop <= pos - prev_pos)
+    & (eafter >= 0)
+    & (eafter <= next_pos - pos)
+    & ((kind == SLOT_LIST) | (edrop + eafter == 0)),
+    xp.all(slots == 0, -1),
+  )
+  tail, tl = xp.asarray(program.tpl_tail), xp.asarray(program.tpl_tail_len)
+  tcol = xp.arange(cfg.tail_len)
+  tin = tcol[None, None, None, :] < tl[..., None]
+  bad_tail = (
+    (tl < 0)
+    | (tl > cfg.tail_len)
+    | (~active[..., None] & (tl != 0))
+    | xp.any(xp.where(tin, (tail < 0) | (tail >= vocab_size), tail != 0), -1)
+  )
+  unused = xp.arange(cfg.n_templates) >= TPL_CASE0 + xp.asarray(program.n_cases)
+  return [
+    bad_ids,
+    xp.any(~slot_ok, 1),
+    xp.any(bad_tail, (1, 2)),
+    unused & ((n != 0) | xp.any(active, 1)),
+  ]
+
+
+class ProgramError(ValueError):
+  """A malformed program, with a human-readable reason."""
+
+
+def validate_program(program: EnvProgram, cfg: ProgramConfig, vocab_size: int = 1 << 30):
+  """Host check: raises `ProgramError` naming the first problem; returns the program."""
+  host = EnvProgram(
+    **{f.name: np.asarray(getattr(program, f.name)) for f in dataclasses.fields(EnvProgram)}
+  )
+  shapes = {k: v.shape for k, v in empty_program(cfg).items()}
+  for name, shape in shapes.items():
+    if getattr(host, name).shape != shape:
+      raise ProgramError(f"field {name} has shape {getattr(host, name).shape}, expected {shape}")
+  code, where = check_program(host, cfg, np, vocab_size)
+  if int(code):
+    raise ProgramError(CHECKS[int(code)].format(where=int(where)))
+  return program
