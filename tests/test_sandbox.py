@@ -141,6 +141,8 @@ def test_batched_calls_match_python_and_instances_are_isolated(tmp_path):
     assert layers["rlimits"]["RLIMIT_AS"] == 256 * 2**20 and layers["rlimits"]["RLIMIT_CORE"] == 0
     if SECCOMP_SUPPORTED:
       assert layers["seccomp"] == "on"
+    if _kernel_landlock_abi():
+      assert layers["landlock"].startswith("on (ABI")
     if IS_ROOT:
       assert layers["privileges"] == "dropped to uid/gid 65534"
     pool.close_envs(envs)
@@ -190,6 +192,9 @@ def test_timeout_kills_worker_group_and_collateral_is_marked(tmp_path):
     ("g = (i for i in [1])\nself.out = ('{0.gi' + '_frame}').format(g)", EnvViolation,
      "denied operation object.__getattr__"),
     ("self.out = open", EnvException, "NameError: name 'open' is not defined"),
+    ("import string\nself.out = string.Formatter", EnvException, "has no attribute 'Formatter'"),
+    ("import functools\nfunctools.update_wrapper(self, max, assigned=('x',))", EnvException,
+     "update_wrapper(assigned=...) is not allowed"),
   ],
 )  # fmt: skip
 def test_restricted_runtime_errors(tmp_path, body, error, reason):
@@ -200,6 +205,19 @@ def test_restricted_runtime_errors(tmp_path, body, error, reason):
     assert reason in err.value.reason
     killed = isinstance(err.value, EnvViolation)
     assert pool.stats["workers_killed"] == int(killed) and env.alive is not killed
+
+
+def test_restricted_runtime_keeps_the_allowed_stdlib_usable(tmp_path):
+  body = """
+import collections
+import functools
+import string
+from collections.abc import Sequence
+w = functools.wraps(max)(lambda: 0)
+self.out = (w.__name__, string.Template("$a!").substitute(a=1), collections.abc.Sequence is Sequence)
+"""
+  with SandboxPool(1, cfg(tmp_path)) as pool:
+    assert pool.make_env(probe(body)).reset(1)[0] == "probe ('max', '1!', True)"
 
 
 def test_reply_cap_and_crash_are_typed(tmp_path):
@@ -259,7 +277,9 @@ def listener():
 
 
 def _only(tmp_path, **layers):
-  base = dict(seccomp=False, audit_hook=False, restricted_runtime=False, drop_privileges=False)
+  base = dict(
+    seccomp=False, landlock=False, audit_hook=False, restricted_runtime=False, drop_privileges=False
+  )
   return cfg(tmp_path, **(base | layers))
 
 
@@ -320,6 +340,38 @@ def test_seccomp_alone(tmp_path, listener):
     with pytest.raises(EnvException, match="ValueError"):  # setrlimit: EPERM, even to lower
       env.reset(1)
     assert pool.stats["workers_killed"] == 0
+
+
+def _kernel_landlock_abi() -> int:
+  """Landlock ABI version as the kernel reports it to this (test) process, 0 if none."""
+  if not sys.platform.startswith("linux"):
+    return 0
+  import ctypes
+
+  libc = ctypes.CDLL(None, use_errno=True)
+  return max(0, libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+@pytest.mark.skipif(_kernel_landlock_abi() < 1, reason="the kernel has no Landlock")
+def test_landlock_alone(tmp_path):
+  outside = tmp_path / "outside.txt"
+  cases = [
+    f"open({str(outside)!r}, 'w')",
+    "open('/etc/hostname').read()",
+    "import os\nos.listdir('/')",
+    "import os\nos.execv('/bin/true', ['true'])",
+  ]
+  if _kernel_landlock_abi() >= 6:  # signals scoped to the sandbox
+    cases.append("import os\nos.kill(os.getppid(), 0)")
+  with SandboxPool(1, _only(tmp_path, landlock=True)) as pool:
+    assert pool.layers()["landlock"] == f"on (ABI {_kernel_landlock_abi()})"
+    for body in cases:
+      env = pool.make_env(probe(body), static_check=False)
+      with pytest.raises(EnvException, match=r"PermissionError: \[Errno (13|1)\]"):
+        env.reset(1)
+    body = "with open('mine.txt', 'w') as f:\n  f.write('ok')\nimport csv\nself.out = open('mine.txt').read()"
+    assert pool.make_env(probe(body), static_check=False).reset(1)[0] == "probe ok"
+  assert not outside.exists()
 
 
 def test_rlimits_alone(tmp_path):

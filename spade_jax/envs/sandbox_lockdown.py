@@ -6,27 +6,35 @@ Run inside the worker only (standard library only; imported by file path). In or
    RLIMIT_CPU caps the worker's lifetime CPU (SIGXCPU kills a spinning worker even if the
    host's wall clock were to fail), RLIMIT_FSIZE caps any file it writes, RLIMIT_NOFILE caps
    open descriptors, RLIMIT_CORE=0 (no core dumps), RLIMIT_NPROC=1 (no new processes or
-   threads; the kernel ignores it for root, hence step 2).
-2. **Privilege drop**: a worker started as root switches to uid/gid 65534 (nobody) with no
+   threads; the kernel ignores it for root, hence step 3).
+2. **Landlock** (Linux >= 5.13, syscalls through ctypes; no dependency): the kernel allows file
+   access only inside the scratch directory (read-write) and the standard library (read-only),
+   refuses TCP bind/connect (ABI >= 4) and signals/abstract sockets beyond the worker
+   (ABI >= 6). Unavailable kernels report it and the other layers still hold.
+3. **Privilege drop**: a worker started as root switches to uid/gid 65534 (nobody) with no
    supplementary groups, so DAC forbids writing anything the trainer owns, signalling its
    processes, and RLIMIT_NPROC becomes effective.
-3. **seccomp-BPF** (x86-64 Linux, installed with prctl through ctypes; no dependency): the
+4. **seccomp-BPF** (x86-64 Linux, installed with prctl through ctypes; no dependency): the
    kernel refuses fork/vfork/clone/clone3 (processes and threads), execve/execveat, socket and
    friends, kill/tkill/tgkill/pidfd signalling, ptrace and cross-process memory access,
    setrlimit/prlimit (no raising limits), setsid/setpgid (cannot leave the process group the
    host kills), namespaces, mounts, io_uring, bpf, keyrings, module loading and
    uid/gid changes. Non-native syscall ABIs (i386 via int 0x80) kill the process; x32 gets
-   EPERM. Elsewhere (other architectures, no seccomp) this layer reports itself unavailable
-   and the other layers still hold.
-4. **PEP 578 audit hook**: every audited operation not on an allow-list is denied with
+   EPERM. Elsewhere (other architectures, no seccomp) this layer reports itself unavailable.
+5. **PEP 578 audit hook**: every audited operation not on an allow-list is denied with
    PermissionError *and recorded*; the worker reports the first record as a violation after
    the call even if the environment caught the exception. This stops file opens outside the
-   scratch directory (reads are limited to the standard library, for lazy imports),
+   scratch directory (reads are limited to the standard library, for lazy imports), imports,
    os.system/exec/spawn/fork/kill, subprocess, sockets, ctypes, gc introspection,
    sys.settrace/addaudithook, and reaching frames or code through `gi_frame`/`__code__`
    (`object.__getattr__`).
-5. **Tamper snapshot**: the public attributes of every allowed module and of the classes they
-   export are fingerprinted; any change (e.g. `random.Random.randint = ...`) is a violation.
+6. **Tamper check**: the public attributes of every allowed module and of the mutable classes
+   they export are fingerprinted; any change (e.g. `random.Random.randint = ...`) is a
+   violation.
+
+Layers 1-4 are kernel-enforced and hold even against code that has escaped every Python-level
+restriction; 5-6 and the restricted runtime (sandbox_worker.py) are defence in depth that also
+turns most attempts into precise, early rejection reasons.
 """
 
 from __future__ import annotations
@@ -150,6 +158,70 @@ def install_seccomp(enabled: bool) -> str:
   return "on"
 
 
+# Landlock (Linux >= 5.13): syscalls 444-446 on x86-64 and aarch64 alike.
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
+_LL_FS_READ = (1 << 2) | (1 << 3)  # READ_FILE | READ_DIR
+
+
+def _landlock_masks(abi: int) -> tuple[int, int, int]:
+  """(handled fs rights, handled net rights, scopes) known to Landlock ABI `abi`."""
+  fs = (1 << 13) - 1  # ABI 1: execute, write/read file, read dir, remove/make anything
+  fs |= (1 << 13) if abi >= 2 else 0  # REFER
+  fs |= (1 << 14) if abi >= 3 else 0  # TRUNCATE
+  fs |= (1 << 15) if abi >= 5 else 0  # IOCTL_DEV
+  net = 0b11 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
+  scoped = 0b11 if abi >= 6 else 0  # abstract unix sockets, signals
+  return fs, net, scoped
+
+
+def install_landlock(enabled: bool, scratch: str, read_only: tuple[str, ...]) -> str:
+  """Kernel-enforced filesystem policy: read-write inside `scratch`, read-only in `read_only`,
+  nothing elsewhere; no TCP bind/connect; no signals or abstract sockets outside the worker.
+  Holds even if every Python-level layer were bypassed. Needs PR_SET_NO_NEW_PRIVS (set here)."""
+  if not enabled:
+    return "off (disabled)"
+  if not sys.platform.startswith("linux"):
+    return f"unavailable (needs Linux, this is {sys.platform})"
+  libc = ctypes.CDLL(None, use_errno=True)
+  syscall = libc.syscall
+  syscall.restype = ctypes.c_long
+  abi = syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # ..._VERSION
+  if abi < 1:
+    return f"unavailable (landlock_create_ruleset: errno {ctypes.get_errno()})"
+  fs, net, scoped = _landlock_masks(abi)
+  attr = (ctypes.c_uint64 * 3)(fs, net, scoped)
+  size = 8 if abi < 4 else 16 if abi < 6 else 24
+  ruleset = syscall(_LL_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+  if ruleset < 0:
+    return f"unavailable (landlock ruleset: errno {ctypes.get_errno()})"
+
+  class PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+  try:
+    for path, access in [(scratch, fs)] + [(p, _LL_FS_READ) for p in read_only]:
+      try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+      except OSError:
+        if path == scratch:
+          return f"unavailable (cannot open the scratch dir {scratch})"
+        continue  # an unreadable read-only path simply stays unreadable
+      try:
+        rule = PathBeneath(access, fd)
+        if syscall(_LL_ADD_RULE, ruleset, 1, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+          return f"unavailable (landlock_add_rule {path}: errno {ctypes.get_errno()})"
+      finally:
+        os.close(fd)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+      return f"unavailable (PR_SET_NO_NEW_PRIVS: errno {ctypes.get_errno()})"
+    if syscall(_LL_RESTRICT, ruleset, ctypes.c_uint32(0)) != 0:
+      return f"unavailable (landlock_restrict_self: errno {ctypes.get_errno()})"
+  finally:
+    os.close(ruleset)
+  return f"on (ABI {abi})"
+
+
 def _is_write(mode, flags) -> bool:
   if isinstance(mode, str):
     return any(c in mode for c in "wax+")
@@ -163,11 +235,12 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
   return any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
-def make_audit_hook(scratch: str, violations: list, trusted: list):
+def make_audit_hook(scratch: str, violations: list):
   """The audit hook closure; denials are appended to `violations` (which the worker reads).
 
-  `trusted[0]` is set by the worker only around its own traceback walk (no untrusted code runs
-  then); environment code cannot reach either list.
+  It has no off switch. Like every in-process layer it is defence in depth (PEP 578 hooks are
+  not a security boundary against code that has escaped to arbitrary objects); the kernel
+  layers (landlock, seccomp, privilege drop, rlimits) hold regardless.
   """
   scratch = os.path.realpath(scratch)
   stdlib = (os.path.realpath(os.path.dirname(os.__file__)),)  # includes lib-dynload
@@ -181,7 +254,7 @@ def make_audit_hook(scratch: str, violations: list, trusted: list):
     raise PermissionError(f"sandbox: operation {event} is not permitted")
 
   def hook(event, args):
-    if event in free or trusted[0]:
+    if event in free:
       return
     if event == "open":
       path, mode, flags = (tuple(args) + (None, None, None))[:3]

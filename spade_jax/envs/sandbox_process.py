@@ -69,6 +69,7 @@ class SandboxConfig:
   max_info_bytes: int = 65536  # info dict (as JSON) cap
   max_reply_bytes: int = 2**20  # frame cap on the host side
   seccomp: bool = True
+  landlock: bool = True
   audit_hook: bool = True
   restricted_runtime: bool = True  # restricted builtins/imports, module views, tamper check
   drop_privileges: bool = True  # when running as root: switch workers to uid 65534
@@ -76,7 +77,7 @@ class SandboxConfig:
 
   def worker_config(self) -> dict:
     keep = ("memory_bytes", "cpu_seconds", "file_bytes", "max_open_files", "max_text_chars",
-            "max_info_bytes", "seccomp", "audit_hook", "restricted_runtime", "drop_privileges")  # fmt: skip
+            "max_info_bytes", "seccomp", "landlock", "audit_hook", "restricted_runtime", "drop_privileges")  # fmt: skip
     return {k: v for k, v in asdict(self).items() if k in keep}
 
 

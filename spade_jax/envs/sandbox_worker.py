@@ -15,11 +15,15 @@ dangerous builtins (sandbox_policy.FORBIDDEN_BUILTINS), safe getattr/setattr/del
 restricted `__import__` that only hands out read-only views of the allowed modules (public,
 non-module attributes only: `re.enum.sys` does not exist), and a `random` view bound to a
 private `random.Random`, so instances never share random state and interleaving does not
-change any instance's draws.
+change any instance's draws. Stdlib helpers that would call the real getattr with a name the
+environment chooses (`string.Formatter`, `functools.update_wrapper(assigned=...)`) are removed
+or fenced, since they would return any object reachable from an attribute path.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import math
 import os
@@ -85,6 +89,10 @@ class Namespaces:
     for name in _MODULES + ("collections.abc", "__future__"):
       self.views[name] = ModuleView(name, _public_attrs(sys.modules[name]))
     self.views["collections"]._attrs["abc"] = self.views["collections.abc"]
+    # Stdlib helpers that call the real getattr with a caller-chosen name would hand out any
+    # object (string.Formatter().get_field("0.__init__.__globals__", ...)): removed or fenced.
+    del self.views["string"]._attrs["Formatter"]
+    self.views["functools"]._attrs.update(update_wrapper=_safe_update_wrapper, wraps=_safe_wraps)
     base = dict(vars(builtins))
     for name in policy.FORBIDDEN_BUILTINS | {"__loader__", "__spec__", "__package__"}:
       base.pop(name, None)
@@ -115,6 +123,20 @@ class Namespaces:
 
     b = dict(self.base_builtins, __import__=restricted_import)
     return {"__name__": ENV_MODULE, "__builtins__": b, "__doc__": None}
+
+
+def _safe_update_wrapper(wrapper, wrapped, assigned=None, updated=None):
+  """functools.update_wrapper restricted to its default attribute lists."""
+  if assigned is not None and tuple(assigned) != functools.WRAPPER_ASSIGNMENTS:
+    raise ValueError("update_wrapper(assigned=...) is not allowed in the sandbox")
+  if updated is not None and tuple(updated) != functools.WRAPPER_UPDATES:
+    raise ValueError("update_wrapper(updated=...) is not allowed in the sandbox")
+  return functools.update_wrapper(wrapper, wrapped)
+
+
+def _safe_wraps(wrapped, assigned=None, updated=None):
+  """functools.wraps restricted to its default attribute lists."""
+  return lambda wrapper: _safe_update_wrapper(wrapper, wrapped, assigned, updated)
 
 
 def _safe_getattr(obj, name, *default):
@@ -152,20 +174,19 @@ class EnvFailure(Exception):
     self.kind, self.reason = kind, reason
 
 
-_TRUSTED = [False]  # set only around the traceback walk below (see make_audit_hook)
+LINE_OFFSET = 1_000_000  # env code is compiled with shifted line numbers (see Worker.load)
 
 
 def _env_line(tb) -> int:
-  """Line of the innermost traceback entry in the environment's own code (0 if none)."""
+  """Line of the innermost traceback entry in the environment's own code (0 if none).
+
+  Only `tb_lineno`/`tb_next` are read: reading `tb_frame` would be an audited (denied)
+  operation, and a switch to allow it would be one more thing for an escape to flip."""
   line = 0
-  _TRUSTED[0] = True
-  try:
-    while tb is not None:
-      if tb.tb_frame.f_code.co_filename == "<env>":
-        line = tb.tb_lineno
-      tb = tb.tb_next
-  finally:
-    _TRUSTED[0] = False
+  while tb is not None:
+    if tb.tb_lineno >= LINE_OFFSET:
+      line = tb.tb_lineno - LINE_OFFSET
+    tb = tb.tb_next
   return line
 
 
@@ -286,9 +307,11 @@ class Worker:
     code = self.code_cache.get(source)
     if code is None:
       try:
-        code = compile(source, "<env>", "exec", dont_inherit=True)
-      except (SyntaxError, ValueError) as e:
-        raise EnvFailure("exception", f"compile failed: {e}") from None
+        tree = ast.parse(source, "<env>")
+        ast.increment_lineno(tree, LINE_OFFSET)
+        code = compile(tree, "<env>", "exec", dont_inherit=True)
+      except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise EnvFailure("exception", f"compile failed: {type(e).__name__}: {e}") from None
       self.code_cache = {source: code}  # one entry: instances of one source are loaded together
     ns = self.ns.new()
     self._guarded("loading the module", lambda: exec(code, ns))
@@ -358,11 +381,13 @@ def _lock_down(cfg: dict) -> tuple[Namespaces, list, object, dict]:
   sys.dont_write_bytecode = True
   namespaces = Namespaces(cfg["restricted_runtime"])
   layers = {"rlimits": sandbox_lockdown.set_rlimits(cfg)}
+  stdlib = os.path.realpath(os.path.dirname(os.__file__))
+  layers["landlock"] = sandbox_lockdown.install_landlock(cfg["landlock"], os.getcwd(), (stdlib,))
   layers["privileges"] = sandbox_lockdown.drop_privileges(cfg["drop_privileges"])
   layers["seccomp"] = sandbox_lockdown.install_seccomp(cfg["seccomp"])
   violations: list = []
   if cfg["audit_hook"]:
-    sys.addaudithook(sandbox_lockdown.make_audit_hook(os.getcwd(), violations, _TRUSTED))
+    sys.addaudithook(sandbox_lockdown.make_audit_hook(os.getcwd(), violations))
   layers["audit_hook"] = "on" if cfg["audit_hook"] else "off (disabled)"
   layers["restricted_runtime"] = "on" if cfg["restricted_runtime"] else "off (disabled)"
   tamper = None
