@@ -112,6 +112,20 @@ def test_translator_seam_when_absent(monkeypatch, capsys):
   assert out["translation_reason"] == "translator not available" and out["checked_episodes"] == 0
 
 
+def test_translator_failure_keeps_the_schema(monkeypatch, capsys):
+  fake = types.ModuleType(check.TRANSLATOR_MODULE)
+
+  def translate_and_check(source, report, tokenizer=None, seeds=64):
+    raise RuntimeError("lowering bug")
+
+  fake.translate_and_check = translate_and_check
+  monkeypatch.setitem(sys.modules, check.TRANSLATOR_MODULE, fake)
+  assert check.main([str(VALID), "--json"]) == 0  # validity does not depend on translation
+  out = json.loads(capsys.readouterr().out)
+  assert out["translated"] is False
+  assert out["translation_reason"] == "translator failed: RuntimeError: lowering bug"
+
+
 def test_translator_seam_when_present(monkeypatch, capsys, tmp_path):
   calls = []
 

@@ -45,7 +45,14 @@ def translate(source: str, report: ValidationReport, tokenizer: str | None, seed
       "translation_reason": "translator not available",
       "checked_episodes": 0,
     }
-  return dict(module.translate_and_check(source, report, tokenizer=tokenizer, seeds=seeds))
+  try:
+    return dict(module.translate_and_check(source, report, tokenizer=tokenizer, seeds=seeds))
+  except Exception as e:  # noqa: BLE001 - the output schema must hold whatever the translator does
+    return {
+      "translated": False,
+      "translation_reason": f"translator failed: {type(e).__name__}: {e}",
+      "checked_episodes": 0,
+    }
 
 
 def _positive(kind):

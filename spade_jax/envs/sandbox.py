@@ -127,7 +127,7 @@ class SandboxPool:
       self.stats["workers_killed"] += 1
     w.kill(why)
 
-  def _ready_workers(self) -> list[WorkerProcess]:
+  def _ready_workers(self, timeout: float | None = None) -> list[WorkerProcess]:
     """All slots hold a live, non-retiring worker (started together, in parallel)."""
     fresh = []
     for i, w in enumerate(self.workers):
@@ -139,7 +139,8 @@ class SandboxPool:
         fresh.append(w)
     if fresh:
       init = {"op": "init", "config": self.config.worker_config()}
-      jobs = {w: ([init], [(("init", w.pid), self.config.load_timeout)]) for w in fresh}
+      limit = timeout or self.config.load_timeout
+      jobs = {w: ([init], [(("init", w.pid), limit)]) for w in fresh}
       for (_, pid), res in self._exchange(jobs).items():
         if isinstance(res, EnvError):
           raise EnvCrashed(f"sandbox worker {pid} failed to start: {res.reason}")
@@ -173,7 +174,7 @@ class SandboxPool:
       issue, class_name = sandbox_policy.check_source(source)
       if issue is not None:
         raise EnvViolation(f"static check failed: {issue}")
-    workers = self._ready_workers()
+    workers = self._ready_workers(timeout)
     jobs: dict[WorkerProcess, tuple[list, list]] = {}
     placed = []
     for _ in range(n):
