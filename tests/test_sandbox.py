@@ -149,6 +149,9 @@ def test_batched_calls_match_python_and_instances_are_isolated(tmp_path):
     assert not envs[0].alive
     with pytest.raises(EnvCrashed, match="environment is gone: closed"):
       envs[0].reset(1)
+  assert pool.live_pids() == []
+  with pytest.raises(RuntimeError, match="closed"):
+    pool.make_env(GAME)
 
 
 def test_timeout_kills_worker_group_and_collateral_is_marked(tmp_path):

@@ -65,7 +65,13 @@ def _kill_all(workers: list) -> None:
 
 
 class SandboxedEnv:
-  """Handle to one environment instance living in a sandboxed worker."""
+  """Handle to one environment instance living in a sandboxed worker.
+
+  Results follow DESIGN.md §5 with types checked in the worker: observations are str, rewards
+  float in [-1, 1], flags bool; `info` comes back JSON-safe (tuples as lists, other objects as
+  their repr, at most 4 levels and 1,000 items per level). Not thread-safe: use a pool from
+  one thread at a time.
+  """
 
   def __init__(self, pool: SandboxPool, worker: WorkerProcess, env_id: int, class_name: str):
     self.pool, self.worker, self.id, self.class_name = pool, worker, env_id, class_name
@@ -129,6 +135,8 @@ class SandboxPool:
 
   def _ready_workers(self, timeout: float | None = None) -> list[WorkerProcess]:
     """All slots hold a live, non-retiring worker (started together, in parallel)."""
+    if not self._finalizer.alive:
+      raise RuntimeError("this SandboxPool is closed")
     fresh = []
     for i, w in enumerate(self.workers):
       if w is not None and w.retiring and not w.envs and w.dead is None:
