@@ -228,12 +228,21 @@ def _boundary_find(needle: str, hay: str) -> bool:
 class _Run:
   """One validation in progress: its pool, deadline, current stage and per-stage timings."""
 
-  def __init__(self, config: ValidatorConfig):
+  def __init__(self, config: ValidatorConfig, timings: dict):
     self.config = config
+    self.timings = timings
+    self.started = time.perf_counter()
     self.deadline = time.monotonic() + config.total_timeout
     self.pool = SandboxPool(1, config.sandbox)
     self.stage = "load"
     self._total = f"{config.total_timeout:g} s"
+
+  def begin(self, stage: str) -> None:
+    self.stage, self.started = stage, time.perf_counter()
+
+  def end(self) -> None:
+    """Records the running stage's time (also called for the stage that failed)."""
+    self.timings[self.stage] = time.perf_counter() - self.started
 
   def _budget(self, limit: float) -> tuple[float, bool]:
     left = self.deadline - time.monotonic()
@@ -273,23 +282,23 @@ class _Run:
     return res
 
 
-def _sandbox_stages(run: _Run, source: str, class_name: str, timings: dict) -> None:
+def _sandbox_stages(run: _Run, source: str, class_name: str) -> None:
   cfg = run.config
   seeds = list(cfg.seeds)
-  t = time.perf_counter()
+  run.begin("load")
   env = run.make(source, class_name)
-  timings["load"] = time.perf_counter() - t
+  run.end()
 
-  run.stage, t = "contract", time.perf_counter()
+  run.begin("contract")
   run.call(env, "reset", seeds[0])
   for action in cfg.junk_actions:
     _, _, terminated, truncated, _ = run.call(env, "step", action)
     if terminated or truncated:
       run.call(env, "reset", seeds[0])
   run.call(env, "solution")
-  timings["contract"] = time.perf_counter() - t
+  run.end()
 
-  run.stage, t = "feasibility", time.perf_counter()
+  run.begin("feasibility")
   first = {}
   for s in seeds:
     obs, _ = run.call(env, "reset", s)
@@ -303,9 +312,9 @@ def _sandbox_stages(run: _Run, source: str, class_name: str, timings: dict) -> N
         f"seed {s}: answering {answer[:80]} after reset gave reward {reward:g} and "
         f"terminated={terminated} (need reward 1.0 and terminated=True)",
       )
-  timings["feasibility"] = time.perf_counter() - t
+  run.end()
 
-  run.stage, t = "determinism", time.perf_counter()
+  run.begin("determinism")
   fresh = run.make(source, class_name)
   for who, inst in (("a fresh instance", fresh), ("the same instance re-reset", env)):
     for s in seeds:
@@ -315,9 +324,9 @@ def _sandbox_stages(run: _Run, source: str, class_name: str, timings: dict) -> N
         raise _Fail("determinism", f"seed {s}: {who} gave a different first observation")
       if sol != first[s][1]:
         raise _Fail("determinism", f"seed {s}: {who} gave a different solution")
-  timings["determinism"] = time.perf_counter() - t
+  run.end()
 
-  run.stage, t = "leak", time.perf_counter()
+  run.begin("leak")
   sols = [first[s][1].strip() for s in seeds]
   tiny = len(set(sols)) < min(TINY_DISTINCT, len(seeds))
   leaked = [
@@ -332,7 +341,7 @@ def _sandbox_stages(run: _Run, source: str, class_name: str, timings: dict) -> N
       f"the solution appears verbatim in the first observation on {len(leaked)}/{len(seeds)} "
       f"seeds (seed {s}: {first[s][1][:60]!r})",
     )
-  timings["leak"] = time.perf_counter() - t
+  run.end()
 
 
 def validate(text: str, config: ValidatorConfig | None = None) -> ValidationReport:
@@ -357,11 +366,12 @@ def validate(text: str, config: ValidatorConfig | None = None) -> ValidationRepo
   report.class_name = class_name
   if not config.seeds:
     raise ValueError("ValidatorConfig.seeds must not be empty")
-  run = _Run(config)
+  run = _Run(config, timings)
   try:
-    _sandbox_stages(run, source, class_name, timings)
+    _sandbox_stages(run, source, class_name)
     report.valid, report.stage = True, "ok"
   except _Fail as f:
+    run.end()
     report.stage, report.reason = f.stage, f.reason
   finally:
     report.sandbox_layers = dict(next((w.layers for w in run.pool.workers if w), {}))
