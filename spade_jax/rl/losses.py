@@ -1,0 +1,288 @@
+"""GRPO / PPO policy loss with truncated importance sampling, KL and entropy terms, and the
+chunked log-softmax that computes token log-probs without a full ``[B, T, V]`` float32 tensor.
+
+Symbols: B batch, T length, D embed, V vocab, C chunk length. Per token ``t`` of sample ``b``
+(only where ``mask[b, t] = 1``), with ``A_b`` the sample's advantage:
+
+* ``logp``: the trainer's current log-prob of the token (differentiated);
+* ``logp_old``: the trainer's log-prob before the update (stop-gradient; with one optimizer step
+  per batch, as in SPADE, it equals ``logp`` in value, so the ratio is 1 and clipping is inactive
+  unless the batch is reused);
+* ``logp_rollout``: the sampler's recorded log-prob (see ``spade_jax.trajectories``);
+* ratio ``r = exp(logp - logp_old)`` (GSPO: the sequence ratio ``exp(mean_t(logp - logp_old))``
+  in its token form ``sg(r_seq) * exp(logp - sg(logp))``);
+* PPO-clip: ``pg = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``; dual clip (``c > 1``) for
+  ``A < 0``: ``pg = min(pg, -A c)``;
+* TIS weight ``w = clamp(exp(logp_old - logp_rollout), 0, tis_cap)`` (stop-gradient), ``pg *= w``:
+  corrects sampler/trainer mismatch and staleness of delayed designer samples;
+* KL to the reference policy, ``d = logp - logp_ref``: k1 ``d``; k2 ``d^2 / 2``; k3
+  ("low_var_kl") ``exp(-d) - 1 + d`` clamped to [-10, 10] as in the reference implementation;
+* loss per token ``pg + kl_coef * kl - entropy_coef * entropy``, each term reduced by the
+  aggregation mode over the *global* batch (see :func:`aggregate`), so micro-batch losses sum to
+  the full-batch loss and gradient accumulation is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from spade_jax import sharding
+
+_F32 = jnp.float32
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Policy-loss options; defaults are the SPADE recipe (SPADE_METHOD.md, "Update").
+
+  eps_low, eps_high: asymmetric PPO clip range ``[1 - eps_low, 1 + eps_high]`` of the ratio.
+  dual_clip:     ``c > 1`` caps the loss of negative-advantage tokens at ``-A c``; None = off.
+  tis_cap:       upper clamp of the truncated importance weight; None disables TIS (w = 1).
+  kl_coef:       coefficient of the KL-to-reference term; 0 means no reference forward at all.
+  kl_estimator:  ``k1``, ``k2`` or ``k3`` (low-variance, clamped to [-10, 10]).
+  entropy_coef:  entropy bonus coefficient (subtracted from the loss); 0 = none.
+  aggregation:   ``token_mean`` (sum over all masked tokens / global masked-token count),
+                 ``seq_mean_token_mean`` (per-sample token mean, summed, / global batch size
+                 including pads: the SPADE/slime default), ``seq_mean_token_sum`` (per-sample
+                 token sum / global batch), ``constant_norm`` (Dr.GRPO: token sum / (global
+                 batch * norm_constant)).
+  norm_constant: the per-sample token budget of ``constant_norm``; None = the batch length T.
+  gspo:          use the sequence-level ratio (GSPO) instead of per-token ratios.
+  temperature:   the sampling temperature: log-probs are ``log_softmax(logits / temperature)``,
+                 matching what the sampler recorded.
+  logprob_chunk: sequence positions per chunk of the chunked log-softmax (memory per chunk is
+                 ``B * chunk * V`` float32).
+  """
+
+  eps_low: float = 0.2
+  eps_high: float = 0.28
+  dual_clip: float | None = None
+  tis_cap: float | None = 2.0
+  kl_coef: float = 0.0
+  kl_estimator: str = "k3"
+  entropy_coef: float = 0.0
+  aggregation: str = "seq_mean_token_mean"
+  norm_constant: int | None = None
+  gspo: bool = False
+  temperature: float = 1.0
+  logprob_chunk: int = 256
+
+  def __post_init__(self):
+    if self.aggregation not in AGGREGATIONS:
+      raise ValueError(f"aggregation={self.aggregation!r}; expected one of {AGGREGATIONS}")
+    if self.kl_estimator not in KL_ESTIMATORS:
+      raise ValueError(f"kl_estimator={self.kl_estimator!r}; expected one of {KL_ESTIMATORS}")
+    if self.dual_clip is not None and self.dual_clip <= 1.0:
+      raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
+    if self.temperature <= 0:
+      raise ValueError(f"temperature must be > 0, got {self.temperature}")
+    if self.logprob_chunk < 1:
+      raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk}")
+
+
+def token_logprobs(
+  hidden_BTD,
+  w_DV,
+  tokens_BT,
+  *,
+  temperature: float = 1.0,
+  chunk: int = 256,
+  compute_dtype=_F32,
+  entropy_grad: bool = False,
+):
+  """Log-prob of each token given the previous ones, and the entropy of that predictive
+  distribution, both ``[B, T]`` with position 0 set to 0 (it has no prediction).
+
+  ``hidden_BTD`` are final-norm hidden states and ``w_DV`` the unembedding; logits are formed
+  chunk by chunk over the sequence (``[B, chunk, V]`` at a time, in ``compute_dtype`` with f32
+  accumulation, like ``Transformer.logits``) inside a rematerialised ``scan``, so neither the
+  forward nor the backward pass holds a full ``[B, T, V]`` tensor. The entropy is
+  stop-gradient unless ``entropy_grad``.
+  """
+  B, T, D = hidden_BTD.shape
+  if T < 2:
+    zeros = jnp.zeros((B, T), _F32)
+    return zeros, zeros
+  n = T - 1
+  C = min(chunk, n)
+  num_chunks = math.ceil(n / C)
+  pad = num_chunks * C - n
+  h_BND = jnp.pad(hidden_BTD[:, :-1], ((0, 0), (0, pad), (0, 0)))
+  tgt_BN = jnp.pad(tokens_BT[:, 1:].astype(jnp.int32), ((0, 0), (0, pad)))
+  h_KBCD = h_BND.reshape(B, num_chunks, C, D).swapaxes(0, 1)
+  tgt_KBC = tgt_BN.reshape(B, num_chunks, C).swapaxes(0, 1)
+  w_DV = w_DV.astype(compute_dtype)
+  inv_temp = 1.0 / temperature
+
+  @jax.checkpoint
+  def chunk_fn(h_BCD, tgt_BC):
+    logits_BCV = (
+      jnp.einsum("bcd,dv->bcv", h_BCD.astype(compute_dtype), w_DV, preferred_element_type=_F32)
+      * inv_temp
+    )
+    logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
+    lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
+    vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
+    picked_BC = jnp.sum(jnp.where(vocab_V == tgt_BC[..., None], logits_BCV, 0.0), axis=-1)
+    ent_logits = logits_BCV if entropy_grad else jax.lax.stop_gradient(logits_BCV)
+    ent_lse = lse_BC if entropy_grad else jax.lax.stop_gradient(lse_BC)
+    probs_BCV = jnp.exp(ent_logits - ent_lse[..., None])
+    entropy_BC = ent_lse - jnp.sum(probs_BCV * ent_logits, axis=-1)
+    return picked_BC - lse_BC, entropy_BC
+
+  def body(carry, xs):
+    return carry, chunk_fn(*xs)
+
+  _, (logp_KBC, ent_KBC) = jax.lax.scan(body, None, (h_KBCD, tgt_KBC))
+  logp_BN = logp_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
+  ent_BN = ent_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
+  zero_B1 = jnp.zeros((B, 1), _F32)
+  return jnp.concatenate([zero_B1, logp_BN], 1), jnp.concatenate([zero_B1, ent_BN], 1)
+
+
+def model_logprobs(model, tokens_BT, cfg: LossConfig, *, entropy_grad: bool = False):
+  """:func:`token_logprobs` of a ``Transformer`` (one forward through ``model.hidden``)."""
+  hidden_BTD, _ = model.hidden(tokens_BT)
+  return token_logprobs(
+    hidden_BTD,
+    model.unembed_matrix(),
+    tokens_BT,
+    temperature=cfg.temperature,
+    chunk=cfg.logprob_chunk,
+    compute_dtype=model.cfg.dtype,
+    entropy_grad=entropy_grad,
+  )
+
+
+def aggregate(x_BT, mask_BT, cfg: LossConfig, *, global_batch, global_tokens):
+  """Reduces a per-token quantity by ``cfg.aggregation``; the denominators are global (whole
+  batch, pads counted), so summing the results over micro-batches gives the full-batch value."""
+  m_BT = mask_BT.astype(_F32)
+  xm_BT = jnp.where(m_BT > 0, x_BT, 0.0) * m_BT
+  mode = cfg.aggregation
+  if mode == "token_mean":
+    return jnp.sum(xm_BT) / jnp.maximum(global_tokens, 1.0)
+  if mode == "seq_mean_token_mean":
+    len_B = jnp.sum(m_BT, axis=1)
+    return jnp.sum(jnp.sum(xm_BT, axis=1) / jnp.maximum(len_B, 1.0)) / global_batch
+  if mode == "seq_mean_token_sum":
+    return jnp.sum(xm_BT) / global_batch
+  norm = cfg.norm_constant if cfg.norm_constant is not None else x_BT.shape[1]
+  return jnp.sum(xm_BT) / (global_batch * norm)
+
+
+def kl_penalty(logp_BT, ref_logp_BT, estimator: str):
+  """Per-token estimate of KL(pi || pi_ref) from samples of pi (k1 / k2 / k3)."""
+  d_BT = logp_BT - ref_logp_BT
+  if estimator == "k1":
+    return d_BT
+  if estimator == "k2":
+    return 0.5 * d_BT * d_BT
+  return jnp.clip(jnp.exp(-d_BT) - 1.0 + d_BT, -10.0, 10.0)
+
+
+def policy_loss(
+  logp_BT,
+  old_logp_BT,
+  rollout_logp_BT,
+  advantages_B,
+  mask_BT,
+  cfg: LossConfig,
+  *,
+  global_batch,
+  global_tokens,
+  ref_logp_BT=None,
+  entropy_BT=None,
+):
+  """The total loss of a (micro-)batch and a dict of *summed* statistics (token counts and
+  per-token sums, to be accumulated across micro-batches and finalised by
+  :func:`finalize_stats`)."""
+  on_BT = mask_BT > 0
+  m_BT = mask_BT.astype(_F32)
+  adv_BT = advantages_B.astype(_F32)[:, None]
+  old_BT = jax.lax.stop_gradient(old_logp_BT)
+  delta_BT = jnp.where(on_BT, logp_BT - old_BT, 0.0)
+  if cfg.gspo:
+    len_B = jnp.maximum(jnp.sum(m_BT, axis=1), 1.0)
+    seq_log_ratio_B = jnp.sum(delta_BT * m_BT, axis=1) / len_B
+    token_part_BT = delta_BT - jax.lax.stop_gradient(delta_BT)
+    log_ratio_BT = jax.lax.stop_gradient(seq_log_ratio_B)[:, None] + token_part_BT
+  else:
+    log_ratio_BT = delta_BT
+  ratio_BT = jnp.exp(log_ratio_BT)
+  pg1_BT = -adv_BT * ratio_BT
+  pg2_BT = -adv_BT * jnp.clip(ratio_BT, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
+  pg_BT = jnp.maximum(pg1_BT, pg2_BT)
+  clipped_BT = pg2_BT > pg1_BT
+  if cfg.dual_clip is not None:
+    pg3_BT = -adv_BT * cfg.dual_clip
+    dual_BT = (adv_BT < 0) & (pg3_BT < pg_BT)
+    pg_BT = jnp.where(adv_BT < 0, jnp.minimum(pg_BT, pg3_BT), pg_BT)
+    clipped_BT = clipped_BT | dual_BT
+
+  log_w_BT = jnp.where(on_BT, old_BT - rollout_logp_BT, 0.0)
+  if cfg.tis_cap is not None:
+    w_BT = jnp.clip(jnp.exp(log_w_BT), 0.0, cfg.tis_cap)
+    tis_clipped_BT = jnp.exp(log_w_BT) > cfg.tis_cap
+    pg_BT = pg_BT * w_BT
+  else:
+    w_BT = jnp.ones_like(log_w_BT)
+    tis_clipped_BT = jnp.zeros_like(on_BT)
+
+  agg = lambda x: aggregate(x, m_BT, cfg, global_batch=global_batch, global_tokens=global_tokens)
+  pg_loss = agg(pg_BT)
+  loss = pg_loss
+  stats = {
+    "tokens": jnp.sum(m_BT),
+    "pg_loss": pg_loss,
+    "clip_count": jnp.sum(m_BT * clipped_BT),
+    "tis_clipped_count": jnp.sum(m_BT * tis_clipped_BT),
+    "tis_weight_sum": jnp.sum(m_BT * w_BT),
+    # k3 estimate of KL(rollout || trainer) on the sampled tokens: sampler/trainer mismatch.
+    "rollout_kl_sum": jnp.sum(m_BT * (jnp.exp(log_w_BT) - 1.0 - log_w_BT)),
+  }
+  if cfg.kl_coef:
+    if ref_logp_BT is None:
+      raise ValueError("kl_coef > 0 needs reference log-probs")
+    ref_BT = jax.lax.stop_gradient(jnp.where(on_BT, ref_logp_BT, logp_BT))
+    kl_BT = kl_penalty(logp_BT, ref_BT, cfg.kl_estimator)
+    kl_loss = agg(kl_BT)
+    loss = loss + cfg.kl_coef * kl_loss
+    stats["kl_loss"] = kl_loss
+    stats["ref_kl_sum"] = jnp.sum(m_BT * jax.lax.stop_gradient(kl_BT))
+  if entropy_BT is not None:
+    stats["entropy_sum"] = jnp.sum(m_BT * jax.lax.stop_gradient(entropy_BT))
+    if cfg.entropy_coef:
+      entropy_loss = agg(entropy_BT)
+      loss = loss - cfg.entropy_coef * entropy_loss
+      stats["entropy_loss"] = entropy_loss
+  stats["loss"] = loss
+  return loss, stats
+
+
+def finalize_stats(stats: dict) -> dict:
+  """Slash-named metrics from summed statistics (token-weighted means over the whole batch)."""
+  tokens = jnp.maximum(stats["tokens"], 1.0)
+  out = {
+    "train/loss": stats["loss"],
+    "train/pg_loss": stats["pg_loss"],
+    "train/clip_frac": stats["clip_count"] / tokens,
+    "train/tis_clipped_frac": stats["tis_clipped_count"] / tokens,
+    "train/tis_weight_mean": stats["tis_weight_sum"] / tokens,
+    "train/approx_kl": stats["rollout_kl_sum"] / tokens,
+    "train/loss_tokens": stats["tokens"],
+  }
+  if "entropy_sum" in stats:
+    out["train/entropy"] = stats["entropy_sum"] / tokens
+  if "ref_kl_sum" in stats:
+    out["train/ref_kl"] = stats["ref_kl_sum"] / tokens
+    out["train/kl_loss"] = stats["kl_loss"]
+  if "entropy_loss" in stats:
+    out["train/entropy_loss"] = stats["entropy_loss"]
+  return out
