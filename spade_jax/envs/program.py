@@ -134,14 +134,14 @@ _ARG_KIND = np.array([[" SL".index(k) for k in OPS[n][1].ljust(3)] for n in OP_N
 class ProgramConfig:
   """Static sizes shared by every program of one compiled interpreter."""
 
-  n_regs: int = 24  # general scalar registers
+  n_regs: int = 32  # general scalar registers
   n_lists: int = 4  # general list registers
   list_len: int = 12  # capacity of every list, table and parsed answer list
   n_tables: int = 4
   n_reset: int = 48  # reset instructions
   n_step: int = 24  # step instructions
   n_cases: int = 8
-  tpl_tokens: int = 96  # literal tokens per template
+  tpl_tokens: int = 160  # literal tokens per template
   tpl_slots: int = 8  # number slots per template
   tail_len: int = 4  # sign-variant tokens before a number / list separator tokens
   obs_len: int = 256  # rendered observation buffer

@@ -1,0 +1,1 @@
+"""Python twins of the library programs: standalone environment modules (DESIGN.md section 5)."""

@@ -1,0 +1,223 @@
+"""Library families: each program behaves exactly like its Python twin.
+
+Parity method: the interpreter draws (its draw log is in `EnvState.draws`); the twin is reset
+with a `DrawReplay` of exactly those values substituted for ``random.Random`` in its module,
+so both sides hold the same drawn state. Then both are driven with the same scripted answer
+texts; the interpreter gets them as token ids parsed on device. Per turn we compare the
+decoded observation with the twin's string, the reward (float32), terminated and truncated,
+and require no interpreter fault. The reverse direction (Python draws replayed into the
+interpreter through a tape) is checked too.
+"""
+
+from __future__ import annotations
+
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from envs_fixtures import encode_batch, parse_tables, tokenizer
+
+from spade_jax.envs.draws import DrawRecorder, DrawReplay, substitute_random
+from spade_jax.envs.interpreter import ProgramEnv
+from spade_jax.envs.library import FAMILIES
+from spade_jax.envs.parse import parse_boxed, parse_tokens
+from spade_jax.envs.program import DEFAULT_CONFIG, stack_programs
+
+SEEDS_PER_LEVEL = 70  # x 3 levels = 210 seeds per family
+SCRIPTS = ("oracle", "probe", "wrong")
+ANSWER_TOKENS = 96
+
+
+@pytest.fixture(scope="module")
+def env():
+  return ProgramEnv(DEFAULT_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def calls(env):
+  tables = parse_tables("tiny")
+  parse = jax.jit(jax.vmap(lambda ids, n: parse_tokens(ids, n, tables, DEFAULT_CONFIG.list_len)))
+  return dict(
+    reset=jax.jit(jax.vmap(env.reset)),
+    step=jax.jit(jax.vmap(env.transition)),
+    parse=parse,
+    solution=jax.jit(jax.vmap(env.render_solution)),
+    reset_tape=jax.jit(jax.vmap(env.reset_with_tape)),
+  )
+
+
+def test_library_has_at_least_12_families_with_levels():
+  assert len(FAMILIES) >= 12
+  skills = {f.skill for f in FAMILIES.values()}
+  assert len(skills) >= 4
+  for f in FAMILIES.values():
+    assert len(f.levels) >= 2
+    assert f.twin.__name__.endswith("Env")
+
+
+@pytest.mark.parametrize("tok_name", ["tiny", "smollm2"])
+def test_every_level_builds_and_disassembles(tok_name):
+  from spade_jax.envs.assembly import assemble, disassemble
+
+  tok = tokenizer(tok_name)
+  for f in FAMILIES.values():
+    for level in f.levels:
+      p = f.build(tok, **level)
+      assert disassemble(assemble(disassemble(p, tok), tok), tok) == disassemble(p, tok)
+
+
+def _text(tok, tokens, i):
+  return tok.decode(np.asarray(tokens.ids[i][: int(tokens.length[i])]))
+
+
+def _script(kind: str, answer, rng: random.Random, max_turns: int) -> list[str]:
+  """Answer texts for one episode, derived from the true answer."""
+  ints = answer if isinstance(answer, list) else [answer]
+  box = lambda vals: "\\boxed{" + ", ".join(str(v) for v in vals) + "}"
+  right = box(ints)
+  high = box(ints[:-1] + [ints[-1] + 1])
+  low = box([ints[0] - 1] + ints[1:])
+  if kind == "oracle":
+    return [f"The answer is {right}."]
+  if kind == "probe":
+    return [high, "I am not sure yet.", f"maybe {low}", f"Final: {right}"]
+  wrong = [
+    high,
+    low,
+    "no idea",
+    "\\boxed{x}",
+    "\\boxed{1, 2}",
+    box(ints + [3]),
+    box([rng.randint(-99, 99) for _ in ints]),
+    "\\boxed{ -7 }",
+    "\\boxed{}",
+    f"{right} or rather \\boxed{{{rng.randint(-9, 9)}}}",
+    "\\boxed{99999999999}",
+  ]
+  return [rng.choice(wrong) for _ in range(max_turns)]
+
+
+def test_twin_parity(env, calls):
+  tok = tokenizer("tiny")
+  cases = []  # (family, level, seed, script kind)
+  for f in FAMILIES.values():
+    for li, level in enumerate(f.levels):
+      for s in range(SEEDS_PER_LEVEL):
+        for kind in SCRIPTS:
+          cases.append((f, level, 1000 * li + s, kind))
+  built = {
+    (f.name, li): f.build(tok, **level)
+    for f in FAMILIES.values()
+    for li, level in enumerate(f.levels)
+  }
+  programs = stack_programs([built[(f.name, f.levels.index(lv))] for f, lv, _, _ in cases])
+  keys = jax.vmap(jax.random.key)(jnp.array([seed for _, _, seed, _ in cases]))
+  obs, state = calls["reset"](keys, programs)
+  sol = calls["solution"](state, programs)
+  draws, n_draws = np.asarray(state.draws), np.asarray(state.n_draws)
+  assert not np.asarray(state.fault).any()
+  twins, scripts = [], []
+  for i, (f, level, seed, kind) in enumerate(cases):
+    twin = f.twin(**level)
+    replay = DrawReplay(draws[i, : n_draws[i]])
+    with substitute_random(f.twin_module, replay):
+      text, info = twin.reset(seed)
+    assert replay.done(), (f.name, seed)
+    assert _text(tok, obs, i) == text, (f.name, level, seed)
+    assert _text(tok, sol, i) == twin.solution()
+    twins.append(twin)
+    scripts.append(_script(kind, twin.answer, random.Random(i), twin.max_turns))
+  done = np.zeros(len(cases), bool)
+  seen = {"terminated": 0, "truncated": 0, "reward<0": 0}
+  for turn in range(max(len(s) for s in scripts)):
+    texts = [s[turn] if turn < len(s) else "" for s in scripts]
+    ids, lens = encode_batch(tok, texts, ANSWER_TOKENS)
+    actions = calls["parse"](ids, lens)
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, turn + 1)
+    obs, state, reward, term, trunc, info = calls["step"](step_keys, state, actions, programs)
+    reward, term, trunc = np.asarray(reward), np.asarray(term), np.asarray(trunc)
+    fault = np.asarray(info["fault"])
+    for i, twin in enumerate(twins):
+      if done[i] or turn >= len(scripts[i]):
+        continue
+      text, r, te, tr, _ = twin.step(texts[i])
+      where = (cases[i][0].name, cases[i][1], cases[i][2], cases[i][3], turn, texts[i])
+      assert _text(tok, obs, i) == text, where
+      assert reward[i] == np.float32(r), where
+      assert (term[i], trunc[i]) == (te, tr), where
+      assert fault[i] == 0, where
+      done[i] = te or tr
+      seen["terminated"] += te
+      seen["truncated"] += tr
+      seen["reward<0"] += r < 0
+  assert all(v > 0 for v in seen.values()), seen  # the scripts reach every outcome
+
+
+def test_python_draws_replayed_into_interpreter(env, calls):
+  """Reverse direction: a twin seeded normally records its draws; the interpreter replays
+  them as a tape and renders the same observation."""
+  tok = tokenizer("tiny")
+  cfg = DEFAULT_CONFIG
+  rows, texts = [], []
+  for f in FAMILIES.values():
+    for seed in range(4):
+      level = f.levels[seed % len(f.levels)]
+      rec = DrawRecorder(seed)
+      twin = f.twin(**level)
+      with substitute_random(f.twin_module, rec):
+        text, _ = twin.reset(seed)
+      tape = np.zeros(cfg.n_draws, np.int32)
+      tape[: len(rec.tape)] = rec.tape
+      rows.append((f.build(tok, **level), tape, len(rec.tape)))
+      texts.append(text)
+  programs = stack_programs([r[0] for r in rows])
+  keys = jax.random.split(jax.random.key(7), len(rows))
+  obs, state = calls["reset_tape"](
+    keys, programs, jnp.asarray(np.stack([r[1] for r in rows])), jnp.asarray([r[2] for r in rows])
+  )
+  assert not np.asarray(state.fault).any()
+  for i, text in enumerate(texts):
+    assert _text(tok, obs, i) == text
+
+
+def test_twin_answer_parsers_match_the_reference():
+  rng = random.Random(0)
+  pieces = [
+    "\\boxed{",
+    "}",
+    "{",
+    "-",
+    "1",
+    "23",
+    ",",
+    " ",
+    "\n",
+    "x",
+    "\\boxed{-4, 5}",
+    "2147483648",
+    "é",
+    "\\",
+    "boxed",
+  ]
+  texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) for _ in range(2000)]
+  for f in FAMILIES.values():
+    fn = vars(f.twin_module)["_boxed_ints"]
+    for t in texts:
+      assert fn(t) == parse_boxed(t, DEFAULT_CONFIG.list_len), (f.name, t)
+
+
+def test_twins_follow_the_python_contract():
+  for f in FAMILIES.values():
+    twin = f.twin(**f.levels[0])
+    obs, info = twin.reset(seed=3)
+    assert isinstance(obs, str) and obs and isinstance(info, dict)
+    obs2, _ = f.twin(**f.levels[0]).reset(seed=3)
+    assert obs2 == obs  # deterministic under a seed
+    out = twin.step("no answer here")
+    assert len(out) == 5 and isinstance(out[0], str) and isinstance(out[4], dict)
+    assert -1.0 <= out[1] <= 1.0
+    twin.reset(seed=3)
+    o, r, te, tr, _ = twin.step(twin.solution())
+    assert (r, te, tr) == (1.0, True, False)
