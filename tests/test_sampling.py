@@ -1,0 +1,122 @@
+"""Sampler: parameter validation, greedy / top-k / top-p / min-p / temperature distributions on
+hand-built logits, tie-breaking, reproducibility, and the recorded log-prob convention."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spade_jax.sampling import SamplingParams, token_logprobs
+from spade_jax.sampling import choose_tokens as _choose_tokens
+
+choose_tokens = jax.jit(_choose_tokens)
+
+PROBS = np.array([0.5, 0.3, 0.15, 0.05])
+N = 6000  # samples per distribution check
+
+
+def _draw(probs, seed=0, **kw):
+  """N independent draws (one per batch row) from logits log(probs); returns frequencies."""
+  logits = jnp.log(jnp.asarray(np.tile(probs, (N, 1)), jnp.float32))
+  tokens = choose_tokens(jax.random.key(seed), logits, SamplingParams.make(N, **kw))
+  return np.bincount(np.asarray(tokens), minlength=len(probs)) / N
+
+
+def _assert_freqs(freqs, expected):
+  expected = np.asarray(expected, float)
+  np.testing.assert_array_equal(freqs[expected == 0], 0.0)  # truncated tokens never appear
+  sigma = np.sqrt(expected * (1 - expected) / N)
+  assert np.all(np.abs(freqs - expected) <= 4.5 * sigma + 1e-9), (freqs, expected)
+
+
+def test_make_validates_and_broadcasts():
+  sp = SamplingParams.make(3, temperature=[0.0, 0.5, 1.0], top_k=2)
+  np.testing.assert_array_equal(sp.greedy_B, [True, False, False])  # temperature 0 = greedy
+  np.testing.assert_array_equal(sp.top_k_B, [2, 2, 2])
+  for bad in (
+    dict(temperature=-0.1),
+    dict(temperature=float("nan")),
+    dict(top_p=0.0),
+    dict(top_p=1.5),
+    dict(top_k=-1),
+    dict(min_p=1.5),
+    dict(min_p=-0.1),
+    dict(temperature=[1.0, 1.0]),
+  ):
+    with pytest.raises(ValueError):
+      SamplingParams.make(3, **bad)
+
+
+def test_plain_sampling_follows_softmax():
+  _assert_freqs(_draw(PROBS), PROBS)
+
+
+def test_temperature_sharpens_as_specified():
+  expected = PROBS**2 / np.sum(PROBS**2)  # softmax(log p / 0.5)
+  _assert_freqs(_draw(PROBS, temperature=0.5), expected)
+
+
+@pytest.mark.parametrize(
+  "top_p, support",
+  [
+    (0.5, [0]),  # mass before token 1 is exactly 0.5: not < 0.5, so token 0 alone
+    (0.7, [0, 1]),  # 0.5 < 0.7 keeps token 1; 0.8 >= 0.7 drops token 2
+    (0.81, [0, 1, 2]),
+    (1.0, [0, 1, 2, 3]),
+  ],
+)
+def test_top_p_keeps_smallest_prefix_reaching_p(top_p, support):
+  expected = np.zeros(4)
+  expected[support] = PROBS[support] / PROBS[support].sum()
+  _assert_freqs(_draw(PROBS, top_p=top_p), expected)
+
+
+def test_top_k_then_top_p_on_renormalised_set():
+  # top-2 renormalised is [0.625, 0.375]: mass before token 1 is 0.625 >= 0.6, so only token 0
+  # survives (top-p on the original distribution would have kept token 1: 0.5 < 0.6).
+  _assert_freqs(_draw(PROBS, top_k=2, top_p=0.6), [1, 0, 0, 0])
+  _assert_freqs(_draw(PROBS, top_k=2), [0.625, 0.375, 0, 0])
+
+
+def test_min_p_relative_to_best_token():
+  # keep p >= 0.5 * 0.5 = 0.25
+  _assert_freqs(_draw(PROBS, min_p=0.5), [0.625, 0.375, 0, 0])
+
+
+def test_top_k_one_equals_greedy_and_greedy_ignores_key():
+  logits = jax.random.normal(jax.random.key(1), (64, 50))
+  greedy = choose_tokens(jax.random.key(2), logits, SamplingParams.make(64, greedy=True))
+  np.testing.assert_array_equal(greedy, np.argmax(np.asarray(logits), axis=-1))
+  top1 = choose_tokens(jax.random.key(3), logits, SamplingParams.make(64, top_k=1, temperature=1.7))
+  np.testing.assert_array_equal(top1, greedy)
+  again = choose_tokens(jax.random.key(4), logits, SamplingParams.make(64, greedy=True))
+  np.testing.assert_array_equal(again, greedy)
+
+
+def test_ties_break_towards_lower_id():
+  logits = jnp.array([[0.0, 2.0, 2.0, 1.0]] * 8)
+  for kw in (dict(greedy=True), dict(top_k=1), dict(top_p=0.1)):
+    np.testing.assert_array_equal(
+      choose_tokens(jax.random.key(0), logits, SamplingParams.make(8, **kw)), [1] * 8
+    )
+
+
+def test_seeded_sampling_is_reproducible_and_per_sequence_params_mix():
+  logits = jax.random.normal(jax.random.key(1), (32, 100))
+  sp = SamplingParams.make(32, temperature=[1.0] * 16 + [0.0] * 16, top_p=0.9)
+  a = choose_tokens(jax.random.key(7), logits, sp)
+  b = choose_tokens(jax.random.key(7), logits, sp)
+  c = choose_tokens(jax.random.key(8), logits, sp)
+  np.testing.assert_array_equal(a, b)
+  assert np.any(np.asarray(a)[:16] != np.asarray(c)[:16])
+  np.testing.assert_array_equal(np.asarray(a)[16:], np.argmax(np.asarray(logits)[16:], -1))
+
+
+def test_logprobs_are_temperature_scaled_and_untruncated():
+  logits = jax.random.normal(jax.random.key(5), (4, 30)) * 3
+  tokens = jnp.array([0, 5, 7, 29])
+  sp = SamplingParams.make(4, temperature=[0.7, 0.7, 0.0, 2.0], top_k=3, top_p=0.5)
+  got = token_logprobs(logits, tokens, sp)
+  temps = np.array([0.7, 0.7, 1.0, 2.0])[:, None]  # greedy rows use temperature 1
+  ref = jax.nn.log_softmax(np.asarray(logits, np.float64) / temps, axis=-1)
+  np.testing.assert_allclose(got, np.asarray(ref)[np.arange(4), tokens], atol=1e-5)
