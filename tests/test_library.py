@@ -13,39 +13,17 @@ from __future__ import annotations
 
 import random
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from envs_fixtures import encode_batch, parse_tables, tokenizer
+from envs_fixtures import B, reset_batch, step_batch, tokenizer
 
 from spade_jax.envs.draws import DrawRecorder, DrawReplay, substitute_random
-from spade_jax.envs.interpreter import ProgramEnv
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.parse import parse_boxed, parse_tokens
-from spade_jax.envs.program import DEFAULT_CONFIG, stack_programs
+from spade_jax.envs.parse import parse_boxed
+from spade_jax.envs.program import DEFAULT_CONFIG
 
-SEEDS_PER_LEVEL = 70  # x 3 levels = 210 seeds per family
-SCRIPTS = ("oracle", "probe", "wrong")
-ANSWER_TOKENS = 96
-
-
-@pytest.fixture(scope="module")
-def env():
-  return ProgramEnv(DEFAULT_CONFIG)
-
-
-@pytest.fixture(scope="module")
-def calls(env):
-  tables = parse_tables("tiny")
-  parse = jax.jit(jax.vmap(lambda ids, n: parse_tokens(ids, n, tables, DEFAULT_CONFIG.list_len)))
-  return dict(
-    reset=jax.jit(jax.vmap(env.reset)),
-    step=jax.jit(jax.vmap(env.transition)),
-    parse=parse,
-    solution=jax.jit(jax.vmap(env.render_solution)),
-    reset_tape=jax.jit(jax.vmap(env.reset_with_tape)),
-  )
+SEEDS_PER_LEVEL = 70  # x 3 levels = 210 seeds per family, each with one scripted episode
+SCRIPTS = ("oracle", "probe", "wrong")  # cycled over seeds
 
 
 def test_library_has_at_least_12_families_with_levels():
@@ -99,51 +77,35 @@ def _script(kind: str, answer, rng: random.Random, max_turns: int) -> list[str]:
   return [rng.choice(wrong) for _ in range(max_turns)]
 
 
-def test_twin_parity(env, calls):
-  tok = tokenizer("tiny")
-  cases = []  # (family, level, seed, script kind)
-  for f in FAMILIES.values():
-    for li, level in enumerate(f.levels):
-      for s in range(SEEDS_PER_LEVEL):
-        for kind in SCRIPTS:
-          cases.append((f, level, 1000 * li + s, kind))
-  built = {
-    (f.name, li): f.build(tok, **level)
-    for f in FAMILIES.values()
-    for li, level in enumerate(f.levels)
-  }
-  programs = stack_programs([built[(f.name, f.levels.index(lv))] for f, lv, _, _ in cases])
-  keys = jax.vmap(jax.random.key)(jnp.array([seed for _, _, seed, _ in cases]))
-  obs, state = calls["reset"](keys, programs)
-  sol = calls["solution"](state, programs)
+def _run_chunk(tok, chunk, built, seen):
+  """Resets and plays one batch of (family, level index, seed, script) episodes on both sides."""
+  programs = [built[(f.name, li)] for f, li, _, _ in chunk]
+  seed = chunk[0][2]
+  obs, state, sol = reset_batch(programs, seed=seed)
   draws, n_draws = np.asarray(state.draws), np.asarray(state.n_draws)
-  assert not np.asarray(state.fault).any()
+  assert not np.asarray(state.fault)[: len(chunk)].any()
   twins, scripts = [], []
-  for i, (f, level, seed, kind) in enumerate(cases):
-    twin = f.twin(**level)
+  for i, (f, li, s, kind) in enumerate(chunk):
+    twin = f.twin(**f.levels[li])
     replay = DrawReplay(draws[i, : n_draws[i]])
     with substitute_random(f.twin_module, replay):
-      text, info = twin.reset(seed)
-    assert replay.done(), (f.name, seed)
-    assert _text(tok, obs, i) == text, (f.name, level, seed)
+      text, _ = twin.reset(s)
+    assert replay.done(), (f.name, s)
+    assert _text(tok, obs, i) == text, (f.name, li, s)
     assert _text(tok, sol, i) == twin.solution()
     twins.append(twin)
-    scripts.append(_script(kind, twin.answer, random.Random(i), twin.max_turns))
-  done = np.zeros(len(cases), bool)
-  seen = {"terminated": 0, "truncated": 0, "reward<0": 0}
-  for turn in range(max(len(s) for s in scripts)):
-    texts = [s[turn] if turn < len(s) else "" for s in scripts]
-    ids, lens = encode_batch(tok, texts, ANSWER_TOKENS)
-    actions = calls["parse"](ids, lens)
-    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, turn + 1)
-    obs, state, reward, term, trunc, info = calls["step"](step_keys, state, actions, programs)
+    scripts.append(_script(kind, twin.answer, random.Random(s), twin.max_turns))
+  done = [False] * len(chunk)
+  for turn in range(max(len(x) for x in scripts)):
+    texts = [x[turn] if turn < len(x) else "" for x in scripts]
+    obs, state, reward, term, trunc, info = step_batch(state, programs, texts, seed=seed + turn)
     reward, term, trunc = np.asarray(reward), np.asarray(term), np.asarray(trunc)
     fault = np.asarray(info["fault"])
     for i, twin in enumerate(twins):
       if done[i] or turn >= len(scripts[i]):
         continue
       text, r, te, tr, _ = twin.step(texts[i])
-      where = (cases[i][0].name, cases[i][1], cases[i][2], cases[i][3], turn, texts[i])
+      where = (chunk[i][0].name, chunk[i][1], chunk[i][2], chunk[i][3], turn, texts[i])
       assert _text(tok, obs, i) == text, where
       assert reward[i] == np.float32(r), where
       assert (term[i], trunc[i]) == (te, tr), where
@@ -152,14 +114,31 @@ def test_twin_parity(env, calls):
       seen["terminated"] += te
       seen["truncated"] += tr
       seen["reward<0"] += r < 0
+
+
+def test_twin_parity():
+  tok = tokenizer("tiny")
+  built = {
+    (f.name, li): f.build(tok, **level)
+    for f in FAMILIES.values()
+    for li, level in enumerate(f.levels)
+  }
+  episodes = [
+    (f, li, 1000 * li + s, SCRIPTS[s % len(SCRIPTS)])
+    for f in FAMILIES.values()
+    for li in range(len(f.levels))
+    for s in range(SEEDS_PER_LEVEL)
+  ]
+  seen = {"terminated": 0, "truncated": 0, "reward<0": 0}
+  for start in range(0, len(episodes), B):
+    _run_chunk(tok, episodes[start : start + B], built, seen)
   assert all(v > 0 for v in seen.values()), seen  # the scripts reach every outcome
 
 
-def test_python_draws_replayed_into_interpreter(env, calls):
+def test_python_draws_replayed_into_interpreter():
   """Reverse direction: a twin seeded normally records its draws; the interpreter replays
   them as a tape and renders the same observation."""
   tok = tokenizer("tiny")
-  cfg = DEFAULT_CONFIG
   rows, texts = [], []
   for f in FAMILIES.values():
     for seed in range(4):
@@ -168,16 +147,10 @@ def test_python_draws_replayed_into_interpreter(env, calls):
       twin = f.twin(**level)
       with substitute_random(f.twin_module, rec):
         text, _ = twin.reset(seed)
-      tape = np.zeros(cfg.n_draws, np.int32)
-      tape[: len(rec.tape)] = rec.tape
-      rows.append((f.build(tok, **level), tape, len(rec.tape)))
+      rows.append((f.build(tok, **level), rec.tape))
       texts.append(text)
-  programs = stack_programs([r[0] for r in rows])
-  keys = jax.random.split(jax.random.key(7), len(rows))
-  obs, state = calls["reset_tape"](
-    keys, programs, jnp.asarray(np.stack([r[1] for r in rows])), jnp.asarray([r[2] for r in rows])
-  )
-  assert not np.asarray(state.fault).any()
+  obs, state, _ = reset_batch([r[0] for r in rows], [r[1] for r in rows], seed=7)
+  assert not np.asarray(state.fault)[: len(rows)].any()
   for i, text in enumerate(texts):
     assert _text(tok, obs, i) == text
 
