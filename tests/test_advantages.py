@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spade_jax import trajectories as tj
 from spade_jax.rl import advantages as adv
 from spade_jax.trajectories import ROLE_AGENT, ROLE_DESIGNER
 
@@ -98,6 +99,29 @@ def test_zero_variance_groups_dropped_and_counted():
   keep, dropped = adv.zero_variance_groups(r, gid, valid, num_groups=4)
   assert list(np.asarray(keep)) == [False, False, False, True, True, False, False, False, False]
   assert int(dropped) == 2
+
+
+def test_drop_zero_variance_groups_on_a_batch():
+  rewards = [1, 1, 0, 1, 0.5, 0.5, 0.7]
+  batch = tj.from_sequences(
+    [[1, 2, 3]] * 7,
+    [[0, 1, 1]] * 7,
+    [[0, -1, -2]] * 7,
+    role=[ROLE_AGENT] * 4 + [ROLE_DESIGNER] * 2 + [ROLE_AGENT],
+    rewards=rewards,
+    advantages=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+    group_id=[0, 0, 1, 1, 0, 0, 2],
+  )
+  out, dropped = jax.jit(adv.drop_zero_variance_groups, static_argnums=1)(batch, 3)
+  # agent group 0 (1, 1) and agent group 2 (one sample) are flat; the designer group (0.5, 0.5)
+  # is not subject to dynamic sampling by default
+  assert int(dropped) == 2
+  assert np.asarray(out.valid_B).tolist() == [False, False, True, True, True, True, False]
+  np.testing.assert_allclose(out.advantages_B, [0, 0, 0.3, 0.4, 0.5, 0.6, 0])
+  assert np.asarray(out.loss_mask_BT).sum(1).tolist() == [0, 0, 2, 2, 2, 2, 0]
+  assert out.tokens_BT.shape == batch.tokens_BT.shape
+  _, dropped_all = adv.drop_zero_variance_groups(batch, 3, roles=(ROLE_AGENT, ROLE_DESIGNER))
+  assert int(dropped_all) == 3
 
 
 def test_config_validation():

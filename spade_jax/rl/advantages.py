@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from spade_jax.trajectories import ROLE_AGENT, ROLE_DESIGNER
+from spade_jax.trajectories import ROLE_AGENT, ROLE_DESIGNER, Trajectories
 
 _F32 = jnp.float32
 
@@ -109,6 +109,28 @@ def zero_variance_groups(rewards_B, group_id_B, valid_B, num_groups: int, tol: f
   gid_B = jnp.where(valid_B, group_id_B, 0)
   keep_B = valid_B & ~flat_G[gid_B]
   return keep_B, jnp.sum(flat_G.astype(jnp.int32))
+
+
+def drop_zero_variance_groups(
+  batch: Trajectories, num_groups: int, *, roles: tuple[int, ...] = (ROLE_AGENT,), tol: float = 1e-6
+):
+  """Dynamic sampling on a batch: samples of flat groups (of the given roles) become pads (mask,
+  advantage and ``valid`` zeroed; the shape is unchanged so nothing recompiles). Returns the
+  batch and the number of groups dropped."""
+  gid_B = role_group_ids(batch.group_id_B, batch.role_B, num_groups)
+  in_roles_B = jnp.isin(batch.role_B, jnp.asarray(roles, jnp.int32))
+  keep_B, dropped = zero_variance_groups(
+    batch.rewards_B, gid_B, batch.valid_B & in_roles_B, 2 * num_groups, tol
+  )
+  keep_B = keep_B | (batch.valid_B & ~in_roles_B)
+  out = batch.replace(
+    loss_mask_BT=jnp.where(keep_B[:, None], batch.loss_mask_BT, 0.0).astype(
+      batch.loss_mask_BT.dtype
+    ),
+    advantages_B=jnp.where(keep_B, batch.advantages_B, 0.0).astype(batch.advantages_B.dtype),
+    valid_B=keep_B,
+  )
+  return out, dropped
 
 
 MODES = ("grpo", "center", "none")

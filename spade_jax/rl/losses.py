@@ -127,13 +127,18 @@ def token_logprobs(
       * inv_temp
     )
     logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
-    lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
+    # One exp pass serves the log-normaliser and the entropy. The max shift is stop-gradient:
+    # both outputs are invariant to it, so the gradient through the other path is exact.
+    max_BC1 = jax.lax.stop_gradient(jnp.max(logits_BCV, axis=-1, keepdims=True))
+    exp_BCV = jnp.exp(logits_BCV - max_BC1)
+    sum_BC = jnp.sum(exp_BCV, axis=-1)
+    lse_BC = max_BC1[..., 0] + jnp.log(sum_BC)
+    # target logit by a masked sum, not a gather: stays local when the vocab axis is sharded
     vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
     picked_BC = jnp.sum(jnp.where(vocab_V == tgt_BC[..., None], logits_BCV, 0.0), axis=-1)
-    ent_logits = logits_BCV if entropy_grad else jax.lax.stop_gradient(logits_BCV)
-    ent_lse = lse_BC if entropy_grad else jax.lax.stop_gradient(lse_BC)
-    probs_BCV = jnp.exp(ent_logits - ent_lse[..., None])
-    entropy_BC = ent_lse - jnp.sum(probs_BCV * ent_logits, axis=-1)
+    entropy_BC = lse_BC - jnp.sum(exp_BCV * logits_BCV, axis=-1) / sum_BC
+    if not entropy_grad:
+      entropy_BC = jax.lax.stop_gradient(entropy_BC)
     return picked_BC - lse_BC, entropy_BC
 
   def body(carry, xs):
