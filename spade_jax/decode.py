@@ -78,7 +78,7 @@ class DecodeState:
   queue_len_B: jax.Array  # int32 number of valid entries in queue_BQ
   queue_pos_B: jax.Array  # int32 next queue entry to consume
   proc_state: Any  # logits-processor state (leaves with a leading batch axis) or None
-  key: jax.Array  # PRNG key
+  key: jax.Array  # raw uint32[2] PRNG key (plain array: host-fetchable, checkpointable)
   step: jax.Array  # int32 decode steps taken since prefill
   prompt_slots: jax.Array  # int32 number of slots the padded prompt occupies
 

@@ -261,7 +261,7 @@ class Engine:
         last,
         max_new.astype(np.int32),
         stop_BK,
-        jax.random.key(seed),
+        jax.random.PRNGKey(seed),
         cache_size=S,
         chunk=chunk,
         queue_size=self.queue_size,
