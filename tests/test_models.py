@@ -290,3 +290,28 @@ def test_sharded_index_round_trip(tmp_path):
   again, _ = load_pretrained(out)
   tokens = np.arange(10)[None] % cfg.vocab_size
   np.testing.assert_array_equal(np.asarray(again(tokens)), np.asarray(model(tokens)))
+
+
+def test_chunked_attention_matches_full():
+  cfg = TransformerConfig(
+    vocab_size=64,
+    embed_dim=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    mlp_dim=64,
+    attention_chunk=0,
+  )
+  graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(1)))
+  chunked_def, _ = nnx.split(Transformer(cfg.replace(attention_chunk=4), rngs=nnx.Rngs(1)))
+  tokens = jnp.asarray(np.random.RandomState(7).randint(0, 64, (2, 11)))
+
+  def loss(state, gdef):
+    return jnp.sum(jax.nn.log_softmax(nnx.merge(gdef, state)(tokens))[..., 3])
+
+  full, g_full = jax.value_and_grad(loss)(state, graphdef)
+  chunked, g_chunked = jax.value_and_grad(loss)(state, chunked_def)
+  np.testing.assert_allclose(chunked, full, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_chunked)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)

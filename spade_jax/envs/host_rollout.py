@@ -86,6 +86,7 @@ class EpisodeResult:
   terminated: np.ndarray  # [N] bool
   truncated: np.ndarray  # [N] bool (env truncation, turn cap or context exhausted)
   crashed: np.ndarray  # [N] bool (an environment call failed)
+  collateral: np.ndarray  # [N] bool: the failure was another env's fault (shared worker died)
   errors: list[str | None]
   transcripts: list[list[dict[str, str]]]  # role/content messages (decoded)
 
@@ -127,6 +128,7 @@ def play(
   n = len(seeds)
   idx = list(range(n))
   crashed = np.zeros(n, bool)
+  collateral = np.zeros(n, bool)
   errors: list[str | None] = [None] * n
   transcripts: list[list[dict[str, str]]] = [[] for _ in range(n)]
   first = envs.reset(idx, seeds)
@@ -134,6 +136,7 @@ def play(
   for i, res in enumerate(first):
     if isinstance(res, Exception):
       crashed[i], errors[i] = True, f"reset: {type(res).__name__}: {res}"
+      collateral[i] = bool(getattr(res, "collateral", False))
       obs = ""
     else:
       obs = res[0]
@@ -181,6 +184,7 @@ def play(
     for i, res, stop in zip(acting, results, ended):
       if isinstance(res, Exception):
         crashed[i], errors[i] = True, f"step: {type(res).__name__}: {res}"
+        collateral[i] = bool(getattr(res, "collateral", False))
         finish.append(i)
         continue
       obs, r, term, trunc = res[0], float(res[1]), bool(res[2]), bool(res[3])
@@ -211,5 +215,15 @@ def play(
     mask.append([0] * len(prompts[i]) + out.loss_mask[i])
     logprobs.append([0.0] * len(prompts[i]) + out.logprobs[i])
   return EpisodeResult(
-    tokens, mask, logprobs, reward, turns, terminated, truncated, crashed, errors, transcripts
+    tokens,
+    mask,
+    logprobs,
+    reward,
+    turns,
+    terminated,
+    truncated,
+    crashed,
+    collateral,
+    errors,
+    transcripts,
   )

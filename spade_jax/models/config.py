@@ -47,6 +47,8 @@ class TransformerConfig:
   param_dtype: Any = jnp.float32
   # Rematerialisation of each block in the backward pass: "none", "full" or "dots".
   remat: str = "none"
+  # Queries are processed in chunks of this many positions when longer (0: never chunk).
+  attention_chunk: int = 512
   bos_token_id: int | None = None
   eos_token_id: int | list[int] | None = None
   pad_token_id: int | None = None

@@ -190,6 +190,36 @@ def _dense(x, w, spec, dtype):
   return jnp.einsum(spec, x.astype(dtype), w.astype(dtype), preferred_element_type=_F32)
 
 
+def _attend(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt):
+  H = q_BTKGH.shape[-1]
+  scores_BKGTS = jnp.einsum(
+    "btkgh,bskh->bkgts", q_BTKGH.astype(dt), k_BSKH.astype(dt), preferred_element_type=_F32
+  ) * (H**-0.5)
+  scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, _MASK_VALUE)
+  probs_BKGTS = jax.nn.softmax(scores_BKGTS, axis=-1)
+  return jnp.einsum(
+    "bkgts,bskh->btkgh", probs_BKGTS.astype(dt), v_BSKH.astype(dt), preferred_element_type=_F32
+  )
+
+
+def _attention(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt, chunk):
+  """Softmax attention; queries in chunks of ``chunk`` when longer, each chunk rematerialised
+  in the backward pass, so memory is O(chunk x S) instead of O(T x S) for long sequences."""
+  B, T = q_BTKGH.shape[:2]
+  if not chunk or T <= chunk:
+    return _attend(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt)
+  n = -(-T // chunk)
+  pad = n * chunk - T
+  q = jnp.pad(q_BTKGH, ((0, 0), (0, pad)) + ((0, 0),) * 3)
+  m = jnp.pad(mask_BTS, ((0, 0), (0, pad), (0, 0)))
+  q_nBCKGH = jnp.moveaxis(q.reshape(B, n, chunk, *q.shape[2:]), 1, 0)
+  m_nBCS = jnp.moveaxis(m.reshape(B, n, chunk, m.shape[-1]), 1, 0)
+  one = jax.checkpoint(lambda xs: _attend(xs[0], k_BSKH, v_BSKH, xs[1], dt))
+  out_nBCKGH = jax.lax.map(one, (q_nBCKGH, m_nBCS))
+  out = jnp.moveaxis(out_nBCKGH, 0, 1).reshape(B, n * chunk, *out_nBCKGH.shape[3:])
+  return out[:, :T]
+
+
 def _block(cfg, w, x_BTD, sin_BTH, cos_BTH, mask_BTS, kv, index):
   """One pre-norm block. ``kv`` is this layer's cache (K, V) or None; returns new (K, V)."""
   dt = cfg.dtype
@@ -221,14 +251,7 @@ def _block(cfg, w, x_BTD, sin_BTH, cos_BTH, mask_BTS, kv, index):
   B, T, N, H = q_BTNH.shape
   K = cfg.num_kv_heads
   q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
-  scores_BKGTS = jnp.einsum(
-    "btkgh,bskh->bkgts", q_BTKGH.astype(dt), keys_BSKH.astype(dt), preferred_element_type=_F32
-  ) * (H**-0.5)
-  scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, _MASK_VALUE)
-  probs_BKGTS = jax.nn.softmax(scores_BKGTS, axis=-1)
-  attn_BTKGH = jnp.einsum(
-    "bkgts,bskh->btkgh", probs_BKGTS.astype(dt), values_BSKH.astype(dt), preferred_element_type=_F32
-  )
+  attn_BTKGH = _attention(q_BTKGH, keys_BSKH, values_BSKH, mask_BTS, dt, cfg.attention_chunk)
   attn_BTNH = attn_BTKGH.reshape(B, T, N, H)
   x_BTD = x_BTD + _dense(attn_BTNH, w["o"], "btnh,nhd->btd", dt)
   x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))

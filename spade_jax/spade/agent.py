@@ -1,0 +1,208 @@
+"""The agent side of a SPADE iteration: plays of the current pool, hinted and unhinted.
+
+Every valid game is played ``plays`` times without the hint at every step of its window, and
+``hint_plays`` times with the hint at the pool's first step, on the *same* seeds as the first
+unhinted plays (matched problem instances, identical decoding), so regret compares like with
+like. Seeds are explicit per (run seed, step, game, play). Episodes run through the host loop
+(sandboxed Python); translated games are marked for the on-device rollout, which shares this
+interface. An environment failure scores 0 and drops the episode from the agent batch; it
+penalises the designer unless it was collateral (another env killed the shared worker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from spade_jax import trajectories
+from spade_jax.envs import host_rollout
+from spade_jax.envs.chat import ChatFraming
+from spade_jax.envs.sandbox import EnvError, SandboxPool
+from spade_jax.generate import Engine
+from spade_jax.spade import prompts, rewards
+from spade_jax.spade.designer import GameEnv, derive_seed
+from spade_jax.tokenizer import Tokenizer
+
+
+def rollout_config(agent) -> host_rollout.RolloutConfig:
+  """The rollout settings of an ``agent`` config section."""
+  return host_rollout.RolloutConfig(
+    max_turns=agent.max_turns,
+    max_new_tokens=agent.max_new_tokens,
+    max_context=agent.max_context,
+    temperature=agent.temperature,
+    top_p=agent.top_p,
+    top_k=agent.top_k,
+  )
+
+
+@dataclasses.dataclass
+class PoolPlays:
+  """Outcomes of one step's plays of the pool (G games, P plays, H hinted plays)."""
+
+  returns_GP: np.ndarray
+  valid_GP: np.ndarray
+  crashed_GP: np.ndarray  # the designer's fault
+  turns_GP: np.ndarray
+  hint_returns_GH: np.ndarray | None
+  hint_valid_GH: np.ndarray | None
+  hint_crashed_GH: np.ndarray | None
+  crashed_G: np.ndarray
+  agent_batch: trajectories.Trajectories | None  # kept unhinted plays with advantages
+  metrics: dict
+  transcripts: list
+
+
+class AgentPlayer:
+  def __init__(
+    self,
+    engine: Engine,
+    tok: Tokenizer,
+    rollout: host_rollout.RolloutConfig,
+    pool: SandboxPool,
+    plays: int,
+    hint_plays: int,
+  ):
+    if hint_plays > plays:
+      raise ValueError(
+        f"hint_plays={hint_plays} > plays={plays}: hinted plays reuse the seeds "
+        "of the first unhinted plays"
+      )
+    self.engine, self.tok, self.rollout, self.pool = engine, tok, rollout, pool
+    self.plays, self.hint_plays = plays, hint_plays
+    self.framing = ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM)
+    self.games: list[GameEnv | None] = []
+    self._instances: dict[int, list] = {}
+
+  def load(self, games: list[GameEnv | None]) -> None:
+    """Replaces the pool: loads ``plays + hint_plays`` sandboxed instances per valid game."""
+    for envs in self._instances.values():
+      self.pool.close_envs([e for e in envs if not isinstance(e, EnvError)])
+    self.games = list(games)
+    self._instances = {}
+    for g in games:
+      if g is not None:
+        self._instances[g.game] = self.pool.make_envs(
+          g.source, self.plays + self.hint_plays, class_name=g.class_name
+        )
+
+  def play(self, *, step: int, seed: int, with_hints: bool, params=None) -> PoolPlays:
+    t0 = time.perf_counter()
+    G, P, H = len(self.games), self.plays, self.hint_plays if with_hints else 0
+    episodes = []  # (game, play, hinted)
+    for g, game in enumerate(self.games):
+      if game is None:
+        continue
+      episodes += [(g, p, False) for p in range(P)] + [(g, h, True) for h in range(H)]
+    seeds = [derive_seed(seed, step, g, p) for g, p, _ in episodes]
+    instances = [self._instances[g][p + (P if hinted else 0)] for g, p, hinted in episodes]
+    returns_GP = np.zeros((G, P), np.float32)
+    valid_GP = np.zeros((G, P), bool)
+    crashed_GP = np.zeros((G, P), bool)
+    turns_GP = np.zeros((G, P), np.int32)
+    hint = (np.zeros((G, H), np.float32), np.zeros((G, H), bool), np.zeros((G, H), bool))
+    agent_batch, transcripts, solved_hint = None, [], []
+    if episodes:
+      batch = _InstanceBatch(self.pool, instances)
+      hints = [self.games[g].hint if hinted else None for g, _, hinted in episodes]
+
+      def first_message(i, obs):
+        return prompts.attach_hint(obs, hints[i]) if hints[i] else obs
+
+      res = host_rollout.play(
+        self.engine,
+        self.tok,
+        self.framing,
+        batch,
+        seeds,
+        first_message,
+        self.rollout,
+        seed=derive_seed(seed, step, 7),
+        params=params,
+      )
+      kept = []
+      for i, (g, p, hinted) in enumerate(episodes):
+        blame = res.crashed[i] and not res.collateral[i]
+        ok = not res.crashed[i]
+        if hinted:
+          hint[0][g, p], hint[1][g, p], hint[2][g, p] = res.reward[i], ok, blame
+          solved_hint.append(bool(res.solved[i]))
+        else:
+          returns_GP[g, p], valid_GP[g, p], crashed_GP[g, p] = res.reward[i], ok, blame
+          turns_GP[g, p] = res.turns[i]
+          if ok:
+            kept.append(i)
+        transcripts.append(
+          {
+            "game": g,
+            "play": p,
+            "hinted": hinted,
+            "seed": seeds[i],
+            "reward": float(res.reward[i]),
+            "error": res.errors[i],
+            "messages": res.transcripts[i],
+          }
+        )
+      adv_GP, keep_GP = rewards.agent_advantages(returns_GP, valid_GP, crashed_GP)
+      adv_GP = np.asarray(adv_GP)
+      if kept:
+        idx = [i for i in kept if keep_GP[episodes[i][0], episodes[i][1]]]
+        agent_batch = trajectories.from_sequences(
+          [res.tokens[i] for i in idx],
+          [res.loss_mask[i] for i in idx],
+          [res.logprobs[i] for i in idx],
+          role=trajectories.ROLE_AGENT,
+          rewards=[res.reward[i] for i in idx],
+          advantages=[adv_GP[episodes[i][0], episodes[i][1]] for i in idx],
+          group_id=[episodes[i][0] for i in idx],
+          turns=[res.turns[i] for i in idx],
+        )
+    crashed_G = crashed_GP.any(1) | hint[2].any(1)
+    n_valid = max(int(valid_GP.sum()), 1)
+    metrics = {
+      "agent/solve_rate": float((returns_GP >= 1.0)[valid_GP].sum() / n_valid),
+      "agent/return_mean": float(returns_GP[valid_GP].sum() / n_valid),
+      "agent/turns_mean": float(turns_GP[valid_GP].sum() / n_valid),
+      "agent/crash_rate": float(crashed_GP.sum() / max(len(episodes), 1)),
+      "agent/episodes": float(valid_GP.sum()),
+      "perf/rollout_s": time.perf_counter() - t0,
+    }
+    if with_hints:
+      metrics["agent/solve_rate_hint"] = float(np.mean(solved_hint)) if solved_hint else 0.0
+    return PoolPlays(
+      returns_GP,
+      valid_GP,
+      crashed_GP,
+      turns_GP,
+      hint[0] if with_hints else None,
+      hint[1] if with_hints else None,
+      hint[2] if with_hints else None,
+      crashed_G,
+      agent_batch,
+      metrics,
+      transcripts,
+    )
+
+
+class _InstanceBatch(host_rollout.SandboxEnvBatch):
+  """Episodes addressed by index over a list that may hold load errors (reported per call)."""
+
+  def _split(self, idx, args, call):
+    out = [None] * len(idx)
+    live = [k for k, i in enumerate(idx) if not isinstance(self.envs[i], EnvError)]
+    for k, i in enumerate(idx):
+      if isinstance(self.envs[i], EnvError):
+        out[k] = self.envs[i]
+    if live:
+      results = call([self.envs[idx[k]] for k in live], [args[k] for k in live])
+      for k, r in zip(live, results):
+        out[k] = r
+    return out
+
+  def reset(self, idx, seeds):
+    return self._split(idx, [int(s) for s in seeds], self.pool.reset_many)
+
+  def step(self, idx, actions):
+    return self._split(idx, list(actions), self.pool.step_many)

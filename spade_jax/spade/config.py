@@ -1,0 +1,168 @@
+"""The experiment config schema (ml_collections) with SPADE_METHOD.md defaults, and its checks.
+
+Experiment files in ``experiments/configs/`` start from :func:`base_config` and override
+fields; ``check_config`` turns every inconsistent value into one clear ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from spade_jax.spade.heldout import DEFAULT_TASKS, TASK_BUCKET
+from spade_jax.spade.rewards import VARIANTS
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.steps = 8
+
+  c.model = ml_collections.ConfigDict()
+  c.model.path = "smollm2"  # HF dir, .gguf file, "smollm2", or a hub id (with a network)
+  c.model.tokenizer = ""  # default: model.path
+  c.model.dtype = "float32"  # compute dtype; master weights are always float32
+  c.model.remat = "none"
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.shape = (1, -1, 1)  # data, fsdp, tensor; -1 fills from the device count
+
+  c.spade = ml_collections.ConfigDict()
+  c.spade.num_games = 24
+  c.spade.regen_interval = 4
+  c.spade.delay = 0  # 0: one regen interval
+  c.spade.active_skills = 3
+  c.spade.plays = 8  # unhinted plays per game per step
+  c.spade.hint_plays = 8  # hinted plays per game at the pool's first step (same seeds)
+  c.spade.max_attempts = 5
+  c.spade.reward = "regret"
+  c.spade.reward_scale_cap = 50.0
+  c.spade.memory = True
+  c.spade.corpus = "default"  # "default" (shipped), "none", or a JSONL path
+  c.spade.corpus_words = 6000
+
+  c.designer = ml_collections.ConfigDict()
+  c.designer.temperature = 0.6
+  c.designer.top_p = 0.95
+  c.designer.top_k = 20
+  c.designer.max_new_tokens = 16384
+  c.designer.hint_temperature = 0.3
+  c.designer.hint_max_new_tokens = 128
+  c.designer.max_context = 32768
+
+  c.agent = ml_collections.ConfigDict()
+  c.agent.temperature = 0.6
+  c.agent.top_p = 0.95
+  c.agent.top_k = 20
+  c.agent.max_turns = 25
+  c.agent.max_new_tokens = 8192
+  c.agent.max_context = 32768
+
+  c.sandbox = ml_collections.ConfigDict()
+  c.sandbox.workers = 4
+  c.sandbox.call_timeout = 30.0
+  c.sandbox.load_timeout = 30.0
+  c.sandbox.validation_timeout = 60.0
+  c.sandbox.validation_seeds = 8
+
+  c.train = ml_collections.ConfigDict()
+  c.train.global_batch = 192
+  c.train.seq_len = 0  # 0: power-of-two bucket of the longest sample
+  c.train.micro_batches = 1
+  c.train.learning_rate = 1e-6
+  c.train.b1 = 0.9
+  c.train.b2 = 0.98
+  c.train.weight_decay = 0.1
+  c.train.grad_clip_norm = 1.0
+  c.train.eps_low = 0.2
+  c.train.eps_high = 0.28
+  c.train.tis_cap = 2.0
+  c.train.kl_coef = 0.0
+  c.train.aggregation = "seq_mean_token_mean"
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every = 0  # 0: only at the end
+  c.eval.at_end = True
+  c.eval.tasks = ",".join(DEFAULT_TASKS)
+  c.eval.items_per_task = 8
+  c.eval.max_new_tokens = 512
+  c.eval.seed = 1234
+
+  c.checkpoint_every = 1
+  c.keep_checkpoints = 3
+  c.plot_every = 0  # 0: only at the end
+  c.transcripts_per_step = 4
+  c.progress = True
+  c.wandb_project = ""
+  return c
+
+
+def check_config(c: ml_collections.ConfigDict) -> None:
+  """Raises ValueError with a one-line message on any inconsistent value."""
+
+  def need(cond, msg):
+    if not cond:
+      raise ValueError(msg)
+
+  s = c.spade
+  need(c.steps > 0, f"steps must be positive, got {c.steps}")
+  need(s.num_games > 0, f"spade.num_games must be positive, got {s.num_games}")
+  need(s.regen_interval > 0, f"spade.regen_interval must be positive, got {s.regen_interval}")
+  delay = s.delay or s.regen_interval
+  need(
+    delay % s.regen_interval == 0,
+    f"spade.delay={s.delay} must be a positive multiple of regen_interval={s.regen_interval}",
+  )
+  need(s.plays > 0, f"spade.plays must be positive, got {s.plays}")
+  need(
+    0 <= s.hint_plays <= s.plays,
+    f"spade.hint_plays={s.hint_plays} must be in [0, plays={s.plays}] (matched seeds)",
+  )
+  need(s.max_attempts > 0, f"spade.max_attempts must be positive, got {s.max_attempts}")
+  need(s.reward in VARIANTS, f"spade.reward={s.reward!r}; expected one of {', '.join(VARIANTS)}")
+  need(1 <= s.active_skills, f"spade.active_skills must be >= 1, got {s.active_skills}")
+  need(
+    c.model.dtype in ("float32", "bfloat16"),
+    f"model.dtype={c.model.dtype!r}; expected float32 or bfloat16",
+  )
+  need(
+    c.agent.temperature == c.designer.temperature,
+    "agent.temperature and designer.temperature must be equal: the trainer recomputes "
+    "log-probs at one sampling temperature",
+  )
+  need(c.agent.temperature > 0, "agent.temperature must be > 0 for policy-gradient training")
+  for role in ("agent", "designer"):
+    r = c[role]
+    need(0 < r.top_p <= 1, f"{role}.top_p must be in (0, 1], got {r.top_p}")
+    need(r.top_k >= 0, f"{role}.top_k must be >= 0, got {r.top_k}")
+    need(r.max_new_tokens > 0, f"{role}.max_new_tokens must be positive")
+    need(r.max_context > r.max_new_tokens, f"{role}.max_context must exceed {role}.max_new_tokens")
+  need(c.agent.max_turns > 0, "agent.max_turns must be positive")
+  need(c.train.global_batch > 0, "train.global_batch must be positive")
+  need(
+    c.train.global_batch % c.train.micro_batches == 0,
+    "train.global_batch must be divisible by train.micro_batches",
+  )
+  need(c.sandbox.workers > 0, "sandbox.workers must be positive")
+  tasks = [t for t in c.eval.tasks.split(",") if t]
+  unknown = [t for t in tasks if t not in TASK_BUCKET]
+  need(not unknown, f"eval.tasks has unknown task(s) {unknown}; known: {sorted(TASK_BUCKET)}")
+  need(
+    len(c.mesh.shape) == 3,
+    f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",
+  )
+
+
+def parse_config_arg(arg: str, allowed: dict[str, tuple[str, ...] | None]) -> dict[str, str]:
+  """Parses a config-file argument ``"key=value,key2=value2"`` (a bare word ``smoke`` means
+  ``smoke=1``); ``allowed`` maps each key to its allowed values (None: any)."""
+  out: dict[str, str] = {}
+  for part in (p for p in arg.split(",") if p):
+    key, _, value = part.partition("=")
+    key, value = key.strip(), value.strip() or "1"
+    if key not in allowed:
+      raise ValueError(f"unknown config argument {key!r}; expected one of {sorted(allowed)}")
+    choices = allowed[key]
+    if choices is not None and value not in choices:
+      raise ValueError(f"config argument {key}={value!r}; expected one of {list(choices)}")
+    out[key] = value
+  return out

@@ -1,0 +1,312 @@
+"""The designer side of a SPADE iteration: prompts -> environments -> validation -> hints.
+
+For every game slot of a regenerated pool the policy (in its designer role) writes an
+environment; each attempt is validated in the sandbox; a slot whose attempt fails is retried
+with a fresh prompt (a fresh grounding document, new memory seeds) up to ``max_attempts``.
+Every attempt is a designer sample (prompt + response tokens, the sampler's log-probs) whose
+``game`` field says which slot it filled (-1 for a rejected attempt: no gradient). Validated
+environments then get a hint from the same policy in its hint-writer role (not trained).
+Translation to an ``EnvProgram`` is attempted when a translator is installed; environments
+that do not translate run on the host in the sandbox.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spade_jax.envs import validate as validation
+from spade_jax.generate import Engine, SamplingParams
+from spade_jax.spade import prompts
+from spade_jax.spade.corpus import CorpusSampler
+from spade_jax.spade.memory import EnvMemory
+from spade_jax.spade.skills import get_skill
+from spade_jax.tokenizer import Tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignerConfig:
+  num_games: int = 4
+  max_attempts: int = 2
+  temperature: float = 0.6
+  top_p: float = 0.95
+  top_k: int = 20
+  max_new_tokens: int = 1024
+  hint_temperature: float = 0.3
+  hint_max_new_tokens: int = 96
+  use_memory: bool = True
+
+
+@dataclasses.dataclass
+class GameEnv:
+  """One validated environment of the pool."""
+
+  game: int
+  skill: str
+  source: str
+  class_name: str
+  hint: str
+  attempt: int
+  gen_step: int
+  translated: bool = False
+  translation_reason: str = "translator not available"
+  program: Any = None  # an EnvProgram when translated
+  file: str = ""
+
+  def to_state(self) -> dict:
+    d = dataclasses.asdict(self)
+    d.pop("program")
+    return d
+
+
+def derive_seed(*parts: int) -> int:
+  """A 31-bit seed mixed from integers (stable across processes, unlike ``hash`` of str)."""
+  return int(
+    np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0] & 0x7FFFFFFF
+  )
+
+
+def _translate(source: str, report, tokenizer_path: str | None) -> dict:
+  try:
+    import spade_jax.envs.translate  # noqa: F401  (optional until the translator lands)
+  except ImportError:
+    return {"translated": False, "translation_reason": "translator not available"}
+  try:
+    from spade_jax.envs import translate
+
+    return translate.translate_and_check(source, report, tokenizer=tokenizer_path)
+  except Exception as e:  # a translator failure never loses a valid environment
+    return {"translated": False, "translation_reason": f"translator failed: {e}"}
+
+
+class Designer:
+  """Writes, validates and hints a pool of environments with the shared policy."""
+
+  def __init__(
+    self,
+    engine: Engine,
+    tok: Tokenizer,
+    cfg: DesignerConfig,
+    validator: validation.ValidatorConfig,
+    envs_dir: Path,
+    tokenizer_path: str | None = None,
+    max_context: int = 8192,
+  ):
+    self.engine, self.tok, self.cfg, self.validator = engine, tok, cfg, validator
+    self.envs_dir = Path(envs_dir)
+    self.envs_dir.mkdir(parents=True, exist_ok=True)
+    self.tokenizer_path = tokenizer_path
+    self.max_context = max_context
+
+  def _sample(self, conversations, *, temperature, top_p, top_k, max_new_tokens, seed, params):
+    prompts_ids = [self.tok.apply_chat_template(c) for c in conversations]
+    longest = max(len(p) for p in prompts_ids)
+    cache = self.engine.bucket(longest + max_new_tokens)
+    if longest + 1 >= min(cache, self.max_context):
+      raise ValueError(
+        f"a designer prompt of {longest} tokens leaves no room to generate "
+        f"(max_context={self.max_context}); shorten the grounding document"
+      )
+    state = self.engine.init(
+      prompts_ids,
+      max_new_tokens=max_new_tokens,
+      cache_size=min(cache, self.max_context),
+      stop_token_ids=list(self.tok.eos_ids),
+      seed=seed,
+      params=params,
+    )
+    sampling = SamplingParams.make(
+      len(prompts_ids), temperature=temperature, top_p=top_p, top_k=top_k
+    )
+    out = self.engine.outputs(self.engine.run(state, sampling, params=params))
+    return prompts_ids, out
+
+  def design(
+    self,
+    *,
+    gen_step: int,
+    skills: list[str],
+    memory: EnvMemory | None,
+    corpus: CorpusSampler | None,
+    seed: int,
+    params=None,
+  ) -> tuple[list, list, dict]:
+    """Returns ``(games, samples, metrics)``: ``games[g]`` a GameEnv or None (no valid
+    attempt), ``samples`` the designer sample records (JSON-able)."""
+    cfg = self.cfg
+    t0 = time.perf_counter()
+    games: list[GameEnv | None] = [None] * cfg.num_games
+    samples: list[dict] = []
+    timing = {"generate": 0.0, "validate": 0.0, "hint": 0.0}
+    stages: dict[str, int] = {}
+    for attempt in range(cfg.max_attempts):
+      todo = [g for g in range(cfg.num_games) if games[g] is None]
+      if not todo:
+        break
+      convs = []
+      for g in todo:
+        seeds, negative = ((), None)
+        if memory is not None and cfg.use_memory:
+          seeds, negative = memory.select(skills[g], seed=(seed, gen_step, g, attempt))
+        doc = corpus.next() if corpus is not None else None
+        convs.append(
+          prompts.designer_messages(
+            get_skill(skills[g]), document=doc, seeds=seeds, negative=negative
+          )
+        )
+      t = time.perf_counter()
+      prompt_ids, out = self._sample(
+        convs,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=derive_seed(seed, gen_step, attempt, 1),
+        params=params,
+      )
+      timing["generate"] += time.perf_counter() - t
+      for k, g in enumerate(todo):
+        resp = out.tokens[k]
+        text = self.tok.decode(resp[:-1] if out.finished[k] else resp)
+        t = time.perf_counter()
+        report = validation.validate(text, self.validator)
+        timing["validate"] += time.perf_counter() - t
+        stages[report.stage] = stages.get(report.stage, 0) + 1
+        stem = f"step{gen_step:06d}_game{g:02d}_attempt{attempt}"
+        (self.envs_dir / f"{stem}.py").write_text(report.source or text)
+        verdict = report.to_dict()
+        verdict.update(
+          skill=skills[g],
+          gen_step=gen_step,
+          game=g,
+          attempt=attempt,
+          response_tokens=len(resp),
+          finished=bool(out.finished[k]),
+        )
+        if report.valid:
+          games[g] = GameEnv(
+            game=g,
+            skill=skills[g],
+            source=report.source,
+            class_name=report.class_name,
+            hint="",
+            attempt=attempt,
+            gen_step=gen_step,
+            file=f"{stem}.py",
+          )
+        (self.envs_dir / f"{stem}.json").write_text(json.dumps(verdict, indent=1, default=str))
+        samples.append(
+          {
+            "game": g if report.valid else -1,
+            "attempt": attempt,
+            "skill": skills[g],
+            "prompt": list(prompt_ids[k]),
+            "response": list(resp),
+            "logprobs": [float(x) for x in out.logprobs[k]],
+            "mask": list(out.loss_mask[k]),
+            "stem": stem,
+          }
+        )
+    valid = [g for g in games if g is not None]
+    timing["hint"] = self.write_hints(valid, seed=derive_seed(seed, gen_step, 2), params=params)
+    attempts = len(samples)
+    metrics = {
+      "designer/valid_rate": len(valid) / cfg.num_games,
+      "designer/attempt_valid_rate": sum(s["game"] >= 0 for s in samples) / max(attempts, 1),
+      "designer/attempts": float(attempts),
+      "designer/translated_rate": sum(g.translated for g in valid) / max(len(valid), 1),
+      "designer/response_tokens_mean": float(np.mean([len(s["response"]) for s in samples]))
+      if samples
+      else 0.0,
+      "perf/designer_generate_s": timing["generate"],
+      "perf/validate_s": timing["validate"],
+      "perf/hint_s": timing["hint"],
+      "perf/designer_total_s": time.perf_counter() - t0,
+    }
+    for stage, n in stages.items():
+      metrics[f"designer/stage/{stage}"] = float(n)
+    return games, samples, metrics
+
+  def write_hints(self, games: list[GameEnv], *, seed: int, params=None) -> float:
+    """Fills ``g.hint`` (hint-writer role, not trained) and the translation status of each
+    game; returns the seconds spent."""
+    if not games:
+      return 0.0
+    cfg = self.cfg
+    t = time.perf_counter()
+    _, out = self._sample(
+      [prompts.hint_writer_messages(g.source) for g in games],
+      temperature=cfg.hint_temperature,
+      top_p=1.0,
+      top_k=0,
+      max_new_tokens=cfg.hint_max_new_tokens,
+      seed=seed,
+      params=params,
+    )
+    for k, g in enumerate(games):
+      resp = out.tokens[k]
+      g.hint = prompts.parse_hint(self.tok.decode(resp[:-1] if out.finished[k] else resp))
+      tr = _translate(g.source, None, self.tokenizer_path)
+      g.translated = bool(tr.get("translated", False))
+      g.translation_reason = str(tr.get("translation_reason", ""))
+      g.program = tr.get("program")
+      self.update_record(
+        g.file, hint=g.hint, translated=g.translated, translation_reason=g.translation_reason
+      )
+    return time.perf_counter() - t
+
+  def library_pool(
+    self, *, gen_step: int, skills: list[str], seed: int, params=None
+  ) -> list[GameEnv]:
+    """The seed pool: library Python twins (trusted, still run in the sandbox), one per
+    game slot, preferring a family of the slot's skill; hints by the policy's hint writer."""
+    from spade_jax.envs.library import FAMILIES
+
+    families = list(FAMILIES.values())
+    games = []
+    for g, skill in enumerate(skills):
+      same = [f for f in families if f.skill == skill] or families
+      fam = same[derive_seed(seed, gen_step, g) % len(same)]
+      stem = f"step{gen_step:06d}_game{g:02d}_library_{fam.name}"
+      source = fam.twin_source()
+      (self.envs_dir / f"{stem}.py").write_text(source)
+      (self.envs_dir / f"{stem}.json").write_text(
+        json.dumps(
+          {
+            "valid": True,
+            "stage": "ok",
+            "reason": "library seed environment",
+            "skill": skill,
+            "gen_step": gen_step,
+            "game": g,
+            "family": fam.name,
+          },
+          indent=1,
+        )
+      )
+      games.append(
+        GameEnv(
+          game=g,
+          skill=skill,
+          source=source,
+          class_name=fam.twin.__name__,
+          hint="",
+          attempt=-1,
+          gen_step=gen_step,
+          file=f"{stem}.py",
+        )
+      )
+    self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
+    return games
+
+  def update_record(self, file: str, **fields) -> None:
+    """Adds fields (hint, translation, results) to an environment's verdict JSON."""
+    path = self.envs_dir / (Path(file).stem + ".json")
+    record = json.loads(path.read_text()) if path.exists() else {}
+    record.update(fields)
+    path.write_text(json.dumps(record, indent=1, default=str))

@@ -1,0 +1,321 @@
+"""``train(config, workdir)``: the SPADE training run (importable from notebooks).
+
+Builds the mesh, the policy (one model graph for sampling and training), the sandbox, the
+designer / agent sides and the GRPO update, then runs ``config.steps`` iterations with
+metrics, checkpoints (device + host state, every ``checkpoint_every`` steps), held-out
+evaluation and plots. Calling it again on the same workdir resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade_jax import checkpoint, metrics, sharding
+from spade_jax.spade.config import base_config, check_config  # noqa: F401 (re-exported)
+
+
+class UserError(Exception):
+  """A problem with the user's input (paths, checkpoints, config): one line, exit 2."""
+
+
+# Config fields that may change between a run and its resumption.
+_RESUMABLE_CHANGES = (
+  "steps",
+  "checkpoint_every",
+  "keep_checkpoints",
+  "plot_every",
+  "progress",
+  "eval",
+  "transcripts_per_step",
+  "wandb_project",
+)
+
+
+def _config_json(config) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def _check_resume_config(workdir: Path, config) -> None:
+  path = workdir / "config.json"
+  new = _config_json(config)
+  if path.exists():
+    old = json.loads(path.read_text())
+    diff = sorted(
+      k for k in set(old) | set(new) if k not in _RESUMABLE_CHANGES and old.get(k) != new.get(k)
+    )
+    if diff:
+      raise UserError(
+        f"{workdir} holds a run with a different config (fields {diff}); use a new --workdir"
+      )
+  path.write_text(json.dumps(new, indent=2))
+
+
+def _load_policy(config, mesh):
+  from spade_jax.models import CheckpointError, load_pretrained
+  from spade_jax.tokenizer import TokenizerError, load_tokenizer
+
+  try:
+    tok = load_tokenizer(config.model.tokenizer or config.model.path)
+  except TokenizerError as e:
+    raise UserError(f"tokenizer: {e}") from e
+  try:
+    model, cfg = load_pretrained(
+      config.model.path,
+      dtype=jnp.dtype(config.model.dtype),
+      param_dtype=jnp.float32,
+      mesh=mesh,
+      remat=config.model.remat,
+    )
+  except (CheckpointError, ValueError) as e:
+    raise UserError(f"model: {e}") from e
+  if tok.vocab_size > cfg.vocab_size:
+    raise UserError(
+      f"tokenizer has {tok.vocab_size} tokens but the model's vocabulary is "
+      f"{cfg.vocab_size}: incompatible tokenizer"
+    )
+  return model, cfg, tok
+
+
+def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
+  from spade_jax.generate import SamplingParams
+
+  def respond(conversations):
+    prompts = [tok.apply_chat_template(c) for c in conversations]
+    outs = []
+    for lo in range(0, len(prompts), 64):
+      chunk = prompts[lo : lo + 64]
+      cache = min(engine.bucket(max(map(len, chunk)) + max_new_tokens), max_context)
+      state = engine.init(
+        chunk,
+        max_new_tokens=max_new_tokens,
+        cache_size=cache,
+        stop_token_ids=list(tok.eos_ids),
+        params=params_fn(),
+      )
+      out = engine.outputs(
+        engine.run(state, SamplingParams.make(len(chunk), greedy=True), params=params_fn())
+      )
+      outs += [tok.decode([t for t in toks if t not in tok.eos_ids]) for toks in out.tokens]
+    return outs
+
+  return respond
+
+
+def train(config, workdir) -> dict:
+  """Runs (or resumes) the experiment in ``workdir``; returns the last logged metrics."""
+  from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
+  from spade_jax.envs.validate import ValidatorConfig
+  from spade_jax.generate import Engine
+  from spade_jax.rl import losses
+  from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
+  from spade_jax.rl.train_state import abstract_state, create_train_state
+  from spade_jax.rl.update import make_update
+  from spade_jax.spade import corpus as corpus_lib
+  from spade_jax.spade import plots, rewards, skills
+  from spade_jax.spade.agent import AgentPlayer, rollout_config
+  from spade_jax.spade.designer import Designer, DesignerConfig
+  from spade_jax.spade.heldout import HeldoutConfig, HeldoutSet
+  from spade_jax.spade.loop import LoopConfig, SpadeLoop
+  from spade_jax.spade.memory import EnvMemory
+
+  try:
+    check_config(config)
+  except ValueError as e:
+    raise UserError(str(e)) from e
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  _check_resume_config(workdir, config)
+  for sub in ("envs", "plots", "eval", "transcripts"):
+    (workdir / sub).mkdir(exist_ok=True)
+
+  s = config.spade
+  corpus = None
+  if s.corpus != "none":
+    path = corpus_lib.DEFAULT_CORPUS if s.corpus == "default" else s.corpus
+    try:
+      corpus = corpus_lib.CorpusSampler(
+        corpus_lib.load_corpus(path, s.corpus_words), seed=config.seed
+      )
+    except corpus_lib.CorpusError as e:
+      raise UserError(f"corpus: {e}") from e
+  mesh = sharding.make_mesh(tuple(config.mesh.shape))
+  model, model_cfg, tok = _load_policy(config, mesh)
+  engine = Engine(model, mesh=mesh)
+  loss_cfg = losses.LossConfig(
+    eps_low=config.train.eps_low,
+    eps_high=config.train.eps_high,
+    tis_cap=config.train.tis_cap or None,
+    kl_coef=config.train.kl_coef,
+    aggregation=config.train.aggregation,
+    temperature=config.agent.temperature,
+  )
+  opt_cfg = OptimizerConfig(
+    learning_rate=config.train.learning_rate,
+    b1=config.train.b1,
+    b2=config.train.b2,
+    weight_decay=config.train.weight_decay,
+    grad_clip_norm=config.train.grad_clip_norm or None,
+  )
+  graphdef, state = create_train_state(
+    model,
+    make_optimizer(opt_cfg),
+    seed=config.seed,
+    with_reference=config.train.kl_coef > 0,
+    mesh=mesh,
+  )
+  engine.params = None  # sampling always reads the train state's parameters (one graph)
+  update = make_update(
+    graphdef, loss_cfg, opt_cfg, micro_batches=config.train.micro_batches, mesh=mesh, state=state
+  )
+
+  sandbox_cfg = SandboxConfig(
+    call_timeout=config.sandbox.call_timeout, load_timeout=config.sandbox.load_timeout
+  )
+  pool = SandboxPool(num_workers=config.sandbox.workers, config=sandbox_cfg)
+  validator = ValidatorConfig(
+    seeds=tuple(range(config.sandbox.validation_seeds)),
+    total_timeout=config.sandbox.validation_timeout,
+    sandbox=sandbox_cfg,
+  )
+  designer = Designer(
+    engine,
+    tok,
+    DesignerConfig(
+      num_games=s.num_games,
+      max_attempts=s.max_attempts,
+      temperature=config.designer.temperature,
+      top_p=config.designer.top_p,
+      top_k=config.designer.top_k,
+      max_new_tokens=config.designer.max_new_tokens,
+      hint_temperature=config.designer.hint_temperature,
+      hint_max_new_tokens=config.designer.hint_max_new_tokens,
+      use_memory=s.memory,
+    ),
+    validator,
+    workdir / "envs",
+    tokenizer_path=config.model.tokenizer or config.model.path,
+    max_context=config.designer.max_context,
+  )
+  player = AgentPlayer(engine, tok, rollout_config(config.agent), pool, s.plays, s.hint_plays)
+  reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
+  loop = SpadeLoop(
+    LoopConfig(
+      seed=config.seed,
+      num_games=s.num_games,
+      regen_interval=s.regen_interval,
+      delay=s.delay or s.regen_interval,
+      plays=s.plays,
+      hint_plays=s.hint_plays,
+      global_batch=config.train.global_batch,
+      seq_len=config.train.seq_len,
+      reward=reward_cfg,
+      schedule=skills.SkillSchedule(active=s.active_skills),
+    ),
+    designer,
+    player,
+    update,
+    EnvMemory() if s.memory else None,
+    corpus,
+  )
+
+  ckpt = checkpoint.Checkpointer(
+    workdir / "checkpoints", max_to_keep=config.keep_checkpoints, model_config=model_cfg
+  )
+  start = 0
+  latest = ckpt.latest_step()
+  if latest is not None:
+    try:
+      state, host = ckpt.restore(abstract_state(state), latest)
+    except checkpoint.CheckpointError as e:
+      raise UserError(f"checkpoint: {e}") from e
+    loop.load_host_state(host["loop"])
+    start = int(host["next_step"])
+  _truncate_metrics(workdir / "metrics.jsonl", start)
+
+  heldout = None
+  tasks = tuple(t for t in config.eval.tasks.split(",") if t)
+  if tasks and (config.eval.every or config.eval.at_end):
+    heldout = HeldoutSet(
+      HeldoutConfig(tasks=tasks, items_per_task=config.eval.items_per_task, seed=config.eval.seed)
+    )
+  respond = _respond_fn(
+    engine, tok, lambda: state.params, config.eval.max_new_tokens, config.agent.max_context
+  )
+
+  writer = metrics.MetricsWriter(
+    workdir, wandb_project=config.wandb_project or None, wandb_config=_config_json(config)
+  )
+  bar = metrics.ProgressBar(
+    config.steps,
+    initial=start,
+    enabled=config.progress,
+    keys=("agent/solve_rate", "designer/regret_mean", "train/loss"),
+  )
+  last: dict = {}
+  params_n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  try:
+    for step in range(start, config.steps):
+      t0 = time.perf_counter()
+      final = step == config.steps - 1
+      state, device_m, host_m, transcripts = loop.step(step, state, final=final)
+      row = dict(host_m)
+      row.update(metrics.to_host(device_m))
+      dt = time.perf_counter() - t0
+      row["perf/step_s"] = dt
+      tokens = row.get("train/batch_loss_tokens", 0.0)
+      row["perf/tokens_per_s"] = tokens / dt
+      row["perf/train_flops_per_step"] = 6.0 * params_n * tokens
+      if heldout is not None and (
+        (config.eval.every and (step + 1) % config.eval.every == 0)
+        or (final and config.eval.at_end)
+      ):
+        t = time.perf_counter()
+        row.update(heldout.evaluate(respond, workdir / "eval" / f"step{step + 1:06d}.jsonl"))
+        row["perf/eval_s"] = time.perf_counter() - t
+      writer.write(step, row)
+      _write_transcripts(
+        workdir / "transcripts" / f"step{step:06d}.jsonl", transcripts, config.transcripts_per_step
+      )
+      if (step + 1) % config.checkpoint_every == 0 or final:
+        ckpt.save(step + 1, state, {"next_step": step + 1, "loop": loop.host_state()})
+      if final or (config.plot_every and (step + 1) % config.plot_every == 0):
+        writer.flush()
+        plots.write_plots(metrics.read_metrics(workdir / "metrics.jsonl"), workdir / "plots")
+      bar.update(1, row)
+      last = row
+  finally:
+    bar.close()
+    writer.close()
+    ckpt.wait_until_finished()
+    ckpt.close()
+    pool.close()
+  if start >= config.steps:  # already complete: make sure the plots exist
+    plots.write_plots(metrics.read_metrics(workdir / "metrics.jsonl"), workdir / "plots")
+  return last
+
+
+def _truncate_metrics(path: Path, start: int) -> None:
+  """Drops lines logged for steps >= ``start`` (a step killed before its checkpoint reruns)."""
+  if not path.exists():
+    return
+  keep = [
+    ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] < start
+  ]
+  path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def _write_transcripts(path: Path, transcripts: list, limit: int) -> None:
+  if limit <= 0 or not transcripts:
+    return
+  with path.open("w") as f:
+    for t in transcripts[:limit]:
+      f.write(json.dumps(t) + "\n")
+
+
+__all__ = ["UserError", "base_config", "check_config", "train"]

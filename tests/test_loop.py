@@ -1,0 +1,133 @@
+"""The SPADE loop end to end on CPU with a scripted designer (the one place a stub is right).
+
+A tiny random policy cannot write environments, so the designer role's *sampling* is replaced
+by fixed sources (valid translatable, valid host-only, invalid, hostile); everything else is
+the real path: sandbox validation, hint writing by the policy, hinted / unhinted plays,
+delayed designer rewards, the mixed GRPO update, checkpoints, resume, metrics, plots.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hf_fixtures import save_hf_model, tiny_tokenizer_dir
+
+from spade_jax import metrics, train
+from spade_jax.spade import designer as designer_lib
+from spade_jax.spade import prompts
+
+FIXTURES = Path(__file__).parent / "fixtures" / "envs"
+SCRIPT = [  # game slot -> source the "designer" writes (wrapped in a fence, as a model would)
+  FIXTURES / "valid" / "v02_arithmetic.py",  # inside the translatable subset
+  FIXTURES / "valid" / "v10_word_reverse.py",  # host-only (strings)
+  FIXTURES / "invalid" / "i02_no_env_class.py",
+  FIXTURES / "hostile" / "h02_os_system.py",
+]
+
+
+@pytest.fixture()
+def scripted_designer(monkeypatch):
+  real = designer_lib.Designer._sample
+
+  def sample(self, conversations, **kw):
+    prompts_ids, out = real(self, conversations, **kw)
+    if conversations[0][0]["content"] != prompts.DESIGNER_SYSTEM:
+      return prompts_ids, out  # hint writer: the real policy
+    for k in range(len(conversations)):  # one attempt per slot: conversation k is game k
+      text = f"Here is my game.\n```python\n{SCRIPT[k].read_text()}```\n"
+      ids = self.tok.encode(text) + [self.tok.eos_ids[0]]
+      out.tokens[k], out.logprobs[k] = ids, [-1.0] * len(ids)
+      out.loss_mask[k], out.finished[k] = [1] * len(ids), True
+    return prompts_ids, out
+
+  monkeypatch.setattr(designer_lib.Designer, "_sample", sample)
+  # a short designer prompt keeps the tiny 512-token vocabulary's sequences short; the real
+  # prompt builder is tested in test_prompts.py
+  monkeypatch.setattr(
+    prompts,
+    "designer_messages",
+    lambda skill, **kw: [
+      {"role": "system", "content": prompts.DESIGNER_SYSTEM},
+      {"role": "user", "content": f"Design a game for {skill.name}."},
+    ],
+  )
+
+
+def tiny_config(model_dir, tok_dir):
+  c = train.base_config()
+  c.model.path, c.model.tokenizer = model_dir, tok_dir
+  c.mesh.shape = (1, -1, 1)
+  c.steps = 2
+  c.spade.num_games = 4
+  c.spade.regen_interval = 1
+  c.spade.plays = 2
+  c.spade.hint_plays = 2
+  c.spade.max_attempts = 1
+  c.spade.corpus = "none"
+  c.designer.max_new_tokens = 16
+  c.designer.hint_max_new_tokens = 8
+  c.designer.max_context = 2048
+  c.agent.max_turns = 2
+  c.agent.max_new_tokens = 8
+  c.agent.max_context = 256
+  c.train.global_batch = 8
+  c.train.learning_rate = 1e-4
+  c.sandbox.workers = 2
+  c.sandbox.validation_seeds = 3
+  c.eval.tasks = "basic_arithmetic"
+  c.eval.items_per_task = 2
+  c.eval.max_new_tokens = 8
+  c.progress = False
+  return c
+
+
+@pytest.fixture(scope="module")
+def policy_dirs():
+  tok_dir = tiny_tokenizer_dir()
+  model_dir, _ = save_hf_model("qwen3", seed=3, vocab_size=512, num_hidden_layers=1)
+  return model_dir, tok_dir
+
+
+def test_loop_end_to_end_and_resume(tmp_path, policy_dirs, scripted_designer):
+  config = tiny_config(*policy_dirs)
+  workdir = tmp_path / "run"
+  last = train.train(config, workdir)
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0, 1]
+  for r in rows:  # two of the four scripted environments validate, every step
+    assert r["designer/valid_rate"] == 0.5
+    assert r["designer/stage/ok"] == 2 and r["designer/stage/static"] == 2
+    assert r["agent/pool_source"] == 0.0
+    assert r["agent/episodes"] == 4.0  # 2 valid games x 2 plays
+    assert "agent/solve_rate_hint" in r and np.isfinite(r["train/loss"])
+  # delayed designer training: samples of step 0 are trained at step 1 (and the final flush)
+  assert "designer/trained_samples" not in rows[0]
+  assert rows[1]["designer/trained_samples"] == 4.0  # 2 valid at step 0 + 2 flushed (step 1)
+  assert rows[1]["train/designer_samples"] == 4.0
+  assert "eval/accuracy" in last
+  verdicts = {p.stem: json.loads(p.read_text()) for p in (workdir / "envs").glob("*.json")}
+  g = {v["game"]: v for k, v in verdicts.items() if k.startswith("step000000")}
+  assert g[0]["valid"] and g[1]["valid"] and not g[2]["valid"] and not g[3]["valid"]
+  assert g[2]["stage"] == "static" and "Env" in g[2]["reason"]
+  assert g[3]["stage"] == "static" and "os" in g[3]["reason"]
+  assert isinstance(g[0]["hint"], str) and "win_rate" in g[0] and "regret" in g[0]
+  assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
+  assert (workdir / "checkpoints").exists() and (workdir / "config.json").exists()
+  # running the same command again resumes (nothing left to do) and keeps the metrics
+  train.train(config, workdir)
+  assert metrics.read_metrics(workdir / "metrics.jsonl") == rows
+  # a longer run continues from the checkpoint instead of starting over
+  config.steps = 3
+  train.train(config, workdir)
+  rows3 = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows3] == [0, 1, 2] and rows3[:2] == rows
+
+
+def test_changed_config_is_refused(tmp_path, policy_dirs, scripted_designer):
+  config = tiny_config(*policy_dirs)
+  config.steps = 1
+  train.train(config, tmp_path / "run")
+  config.spade.num_games = 3
+  with pytest.raises(train.UserError, match="different config"):
+    train.train(config, tmp_path / "run")
