@@ -20,6 +20,8 @@ device renderer) and compared to ``encode`` of the same string in Python; any mi
 
 from __future__ import annotations
 
+import itertools
+import random
 from typing import NamedTuple
 
 import jax
@@ -31,6 +33,7 @@ from spade_jax.envs.program import SLOT_INT, SLOT_LIST, SLOT_NONE, EnvProgram, P
 # Probe values used to verify a compiled template against `tokenizer.encode`.
 INT_PROBES = (7, -3, 0, 42, -(2**31), 2**31 - 1, 1234567, -90)
 LIST_PROBES = ((), (5,), (-1, 20, -300), (0, -7), (12, 3), tuple(range(-5, 7)), (-8,))
+MAX_VARIANT_COMBOS = 729
 _POW10_10 = np.array([10**k for k in range(9, -1, -1)], np.uint32)  # 1e9 .. 1
 
 
@@ -56,7 +59,7 @@ def tokenizer_constants(tokenizer, cfg: ProgramConfig) -> dict[str, np.ndarray]:
         f"digit {d} encodes to {ids}: the tokenizer must give each decimal digit its own token"
       )
     digit_ids.append(ids[0])
-  sep = [tokenizer.encode(", "), tokenizer.encode(", -")]
+  sep = [encode_between_digits(tokenizer, t, True, True, digit_ids[0]) for t in (", ", ", -")]
   sep_ids = np.zeros((2, cfg.tail_len), np.int32)
   for i, ids in enumerate(sep):
     if len(ids) > cfg.tail_len:
@@ -67,6 +70,22 @@ def tokenizer_constants(tokenizer, cfg: ProgramConfig) -> dict[str, np.ndarray]:
     sep_ids=sep_ids,
     sep_len=np.array([len(s) for s in sep], np.int32),
   )
+
+
+def encode_between_digits(tokenizer, text: str, left: bool, right: bool, zero: int) -> list[int]:
+  """Token ids of ``text`` as it tokenises with a digit on its left and/or right (a
+  tokenizer's split of e.g. trailing whitespace can depend on what follows): encodes
+  ``"0" + text + "0"`` and removes the two context digit tokens."""
+  ids = tokenizer.encode(("0" if left else "") + text + ("0" if right else ""))
+  if left:
+    if not ids or ids[0] != zero:
+      raise TemplateError(f"a digit merges with the text after it in {'0' + text!r}")
+    ids = ids[1:]
+  if right:
+    if not ids or ids[-1] != zero:
+      raise TemplateError(f"a digit merges with the text before it in {text + '0'!r}")
+    ids = ids[:-1]
+  return ids
 
 
 def items_text(items, regs, lists) -> str:
@@ -94,8 +113,10 @@ def compile_template(items, tokenizer, cfg: ProgramConfig, consts) -> dict[str, 
       texts.append("")
   if len(refs) > cfg.tpl_slots:
     raise TemplateError(f"{len(refs)} number slots > tpl_slots {cfg.tpl_slots}")
-  enc = lambda t: tokenizer.encode(t) if t else []
-  seg = [enc(t) for t in texts]
+  last = len(refs)  # texts[k] has a number on its left if k > 0, on its right if k < last
+  zero = int(consts["digit_ids"][0])
+  enc = lambda t, k0, k1: encode_between_digits(tokenizer, t, k0 > 0, k1 < last, zero)
+  seg = [enc(t, k, k) for k, t in enumerate(texts)]
   ids = [i for s in seg for i in s]
   if len(ids) > cfg.tpl_tokens:
     raise TemplateError(f"template has {len(ids)} literal tokens > tpl_tokens {cfg.tpl_tokens}")
@@ -111,11 +132,11 @@ def compile_template(items, tokenizer, cfg: ProgramConfig, consts) -> dict[str, 
   for s, (kind, val) in enumerate(refs):
     pos += len(seg[s])
     before, after = seg[s], seg[s + 1]
-    neg = enc(texts[s] + "-")  # the value's minus sign may merge with the text before it
+    neg = enc(texts[s] + "-", s, s)  # the value's minus sign may merge with the text before it
     c = _common_prefix(before, neg)
     variants = [(len(before) - c, 0, neg[c:])]
     if kind == "list":  # an empty list joins the texts around it
-      joined = enc(texts[s] + texts[s + 1])
+      joined = enc(texts[s] + texts[s + 1], s, s + 1)
       c = _common_prefix(before, joined)
       d = _common_prefix(after[::-1], joined[c:][::-1])
       variants.append((len(before) - c, len(after) - d, joined[c : len(joined) - d]))
@@ -148,15 +169,35 @@ def _common_prefix(a, b) -> int:
   return n
 
 
+def _probe_assignments(items, cfg):
+  """Register values to verify a template with: (1) every combination of each slot's
+  tokenisation variant (int: >= 0 / < 0; list: empty / first >= 0 / first < 0) -- all of them
+  up to `MAX_VARIANT_COMBOS`, a fixed random subset beyond -- and (2) the value probes
+  (extremes, long lists with negative elements) cycled over the slots."""
+  refs = list(dict.fromkeys((k, int(v)) for k, v in items if k != "text"))
+  options = [((7,), (-3,)) if k == "reg" else ((), (5, -6), (-1, 20)) for k, _ in refs]
+  combos = list(itertools.islice(itertools.product(*options), MAX_VARIANT_COMBOS + 1))
+  if len(combos) > MAX_VARIANT_COMBOS:
+    rng = random.Random(0)
+    combos = [tuple(rng.choice(o) for o in options) for _ in range(MAX_VARIANT_COMBOS)]
+  for combo in combos:
+    yield (
+      {v: c[0] for (k, v), c in zip(refs, combo) if k == "reg"},
+      {v: c for (k, v), c in zip(refs, combo) if k == "list"},
+    )
+  for j in range(max(len(INT_PROBES), len(LIST_PROBES))):
+    yield (
+      {v: INT_PROBES[(j + s) % len(INT_PROBES)] for s, (k, v) in enumerate(refs) if k == "reg"},
+      {
+        v: LIST_PROBES[(j + s) % len(LIST_PROBES)][: cfg.list_len]
+        for s, (k, v) in enumerate(refs)
+        if k == "list"
+      },
+    )
+
+
 def _verify(tpl, items, tokenizer, cfg, consts):
-  regs = {}
-  lists = {}
-  for k in range(max(len(INT_PROBES), len(LIST_PROBES))):
-    for s, (kind, val) in enumerate(x for x in items if x[0] != "text"):
-      if kind == "reg":
-        regs[val] = INT_PROBES[(k + s) % len(INT_PROBES)]
-      else:
-        lists[val] = LIST_PROBES[(k + s) % len(LIST_PROBES)][: cfg.list_len]
+  for regs, lists in _probe_assignments(items, cfg):
     text = items_text(items, regs, lists)
     want = tokenizer.encode(text) if text else []
     got = render_host(tpl, regs, lists, consts)
