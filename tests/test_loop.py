@@ -7,6 +7,12 @@ delayed designer rewards, the mixed GRPO update, checkpoints, resume, metrics, p
 """
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +32,7 @@ SCRIPT = [  # game slot -> source the "designer" writes (wrapped in a fence, as 
 ]
 
 
-@pytest.fixture()
-def scripted_designer(monkeypatch):
+def install_scripted_designer(monkeypatch):
   real = designer_lib.Designer._sample
 
   def sample(self, conversations, **kw):
@@ -52,6 +57,11 @@ def scripted_designer(monkeypatch):
       {"role": "user", "content": f"Design a game for {skill.name}."},
     ],
   )
+
+
+@pytest.fixture()
+def scripted_designer(monkeypatch):
+  install_scripted_designer(monkeypatch)
 
 
 def tiny_config(model_dir, tok_dir):
@@ -89,10 +99,22 @@ def policy_dirs():
   return model_dir, tok_dir
 
 
-def test_loop_end_to_end_and_resume(tmp_path, policy_dirs, scripted_designer):
-  config = tiny_config(*policy_dirs)
-  workdir = tmp_path / "run"
-  last = train.train(config, workdir)
+@pytest.fixture(scope="module")
+def reference_run(policy_dirs, tmp_path_factory):
+  """An uninterrupted 2-step run (module-scoped: several tests read it)."""
+  workdir = tmp_path_factory.mktemp("reference") / "run"
+  with pytest.MonkeyPatch.context() as mp:
+    install_scripted_designer(mp)
+    last = train.train(tiny_config(*policy_dirs), workdir)
+  return workdir, last
+
+
+def _comparable(rows):
+  return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def test_loop_end_to_end(reference_run):
+  workdir, last = reference_run
   rows = metrics.read_metrics(workdir / "metrics.jsonl")
   assert [r["step"] for r in rows] == [0, 1]
   for r in rows:  # two of the four scripted environments validate, every step
@@ -114,14 +136,55 @@ def test_loop_end_to_end_and_resume(tmp_path, policy_dirs, scripted_designer):
   assert isinstance(g[0]["hint"], str) and "win_rate" in g[0] and "regret" in g[0]
   assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
   assert (workdir / "checkpoints").exists() and (workdir / "config.json").exists()
-  # running the same command again resumes (nothing left to do) and keeps the metrics
-  train.train(config, workdir)
-  assert metrics.read_metrics(workdir / "metrics.jsonl") == rows
-  # a longer run continues from the checkpoint instead of starting over
-  config.steps = 3
-  train.train(config, workdir)
+  assert list((workdir / "eval").glob("*.jsonl")) and list((workdir / "transcripts").glob("*"))
+
+
+def test_rerun_resumes_and_extends(reference_run, policy_dirs, tmp_path):
+  src, _ = reference_run
+  workdir = tmp_path / "run"
+  shutil.copytree(src, workdir)
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  with pytest.MonkeyPatch.context() as mp:
+    install_scripted_designer(mp)
+    config = tiny_config(*policy_dirs)
+    train.train(config, workdir)  # the same command again: nothing left to do
+    assert metrics.read_metrics(workdir / "metrics.jsonl") == rows
+    config.steps = 3  # a longer run continues from the checkpoint instead of starting over
+    train.train(config, workdir)
   rows3 = metrics.read_metrics(workdir / "metrics.jsonl")
   assert [r["step"] for r in rows3] == [0, 1, 2] and rows3[:2] == rows
+
+
+def test_sigkill_mid_step_then_rerun_gives_identical_metrics(reference_run, policy_dirs, tmp_path):
+  ref_dir, _ = reference_run
+  workdir = tmp_path / "killed"
+  cmd = [
+    sys.executable,
+    str(Path(__file__).parent / "loop_driver.py"),
+    str(workdir),
+    *policy_dirs,
+    "2",
+  ]
+  proc = subprocess.Popen(
+    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+  )
+  try:  # kill as soon as step 0 is checkpointed, i.e. somewhere inside step 1
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+      if (workdir / "checkpoints" / "1").exists():
+        time.sleep(2.0)
+        break
+      time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed mid-step"
+    os.killpg(proc.pid, signal.SIGKILL)
+  finally:
+    proc.wait(timeout=60)
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0]
+  subprocess.run(cmd, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
+  want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
+  assert got == want
 
 
 def test_changed_config_is_refused(tmp_path, policy_dirs, scripted_designer):
