@@ -38,6 +38,42 @@ def to_host(metrics: Mapping[str, Any]) -> dict[str, float]:
   return {k: float(np.asarray(v)) for k, v in fetched.items()}
 
 
+def probe_matmul_peak(dtype="float32", sizes=(1024, 2048), reps: int = 5) -> float:
+  """Measured matmul FLOP/s of this machine's default device: the best median time of square
+  ``n x n @ n x n`` products in ``dtype`` (f32 accumulation). The denominator of ``perf/mfu``."""
+  import statistics
+
+  import jax.numpy as jnp
+
+  best = 0.0
+  f = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+  for n in sizes:
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(dtype)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(dtype)
+    jax.block_until_ready(f(a, b))
+    times = []
+    for _ in range(reps):
+      t = time.perf_counter()
+      jax.block_until_ready(f(a, b))
+      times.append(time.perf_counter() - t)
+    best = max(best, 2 * n**3 / statistics.median(times))
+  return best
+
+
+def throughput(
+  tokens: float,
+  seconds: float,
+  *,
+  model_flops: float | None = None,
+  peak_flops: float | None = None,
+) -> dict[str, float]:
+  """``perf/tokens_per_s`` and, given the step's model FLOPs and a peak, ``perf/mfu``."""
+  out = {"perf/tokens_per_s": tokens / max(seconds, 1e-12)}
+  if model_flops is not None and peak_flops:
+    out["perf/mfu"] = model_flops / max(seconds, 1e-12) / peak_flops
+  return out
+
+
 class MetricsWriter:
   """Appends one JSON line per logged step to ``workdir/metrics.jsonl`` and mirrors scalars to
   TensorBoard (``workdir/tb``) and, when ``wandb_project`` is set and wandb is importable, to

@@ -88,3 +88,11 @@ def test_progress_bar_eta():
   # 8 steps remain at >= 2 steps / 0.05 s: eta is about 4x the elapsed time
   assert 0.15 < eta < 5.0
   bar.close()
+
+
+def test_throughput_and_matmul_peak():
+  out = metrics.throughput(1000, 0.5, model_flops=4e9, peak_flops=1e10)
+  assert out == {"perf/tokens_per_s": 2000.0, "perf/mfu": 0.8}
+  assert "perf/mfu" not in metrics.throughput(10, 1.0)
+  peak = metrics.probe_matmul_peak(sizes=(128,), reps=2)
+  assert 1e6 < peak < 1e16  # FLOP/s of a real matmul on this machine

@@ -1,0 +1,196 @@
+"""GRPO update-step benchmark: step time, tokens/s and MFU against a matmul peak probed in the
+same run, plus a short profile (forward / backward / optimizer split).
+
+  python benchmarks/train_step.py [--configs tiny,mid] [--batch 16] [--seq 512] [--steps 3]
+                                  [--dtype float32|bfloat16] [--remat none|full|dots]
+                                  [--micro-batches 1] [--vocab 16384]
+
+Prints one JSON object. MFU = model FLOPs of forward + backward (3x the forward matmul FLOPs of
+``TransformerConfig.flops_per_token``; rematerialisation not counted) / step time / peak, where
+the peak is the best of square matmuls of the compute dtype timed in this process. Each timing
+is the median of ``--steps`` runs after one warm-up (compile excluded and reported separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spade_jax import metrics, sharding
+from spade_jax import trajectories as tj
+from spade_jax.models import Transformer, TransformerConfig
+from spade_jax.rl import losses, train_state, update
+from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
+
+
+def model_config(name: str, vocab: int, dtype, remat: str) -> TransformerConfig:
+  common = dict(vocab_size=vocab, dtype=dtype, param_dtype=jnp.float32, remat=remat)
+  if name == "tiny":
+    return TransformerConfig(
+      embed_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32, mlp_dim=384, **common
+    )
+  if name == "mid":
+    return TransformerConfig(
+      embed_dim=512, num_layers=8, num_heads=8, num_kv_heads=8, head_dim=64, mlp_dim=1536, **common
+    )
+  raise ValueError(f"unknown config {name!r}")
+
+
+def _median_time(fn, steps: int) -> float:
+  times = []
+  for _ in range(steps):
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def make_batch(cfg: TransformerConfig, batch: int, seq: int, seed: int = 0) -> tj.Trajectories:
+  """Random tokens; the second half of each sequence is the trained response."""
+  rng = np.random.default_rng(seed)
+  mask = np.zeros((batch, seq), np.float32)
+  mask[:, seq // 2 :] = 1.0
+  return tj.Trajectories(
+    tokens_BT=rng.integers(0, cfg.vocab_size, (batch, seq)).astype(np.int32),
+    loss_mask_BT=mask,
+    rollout_logprobs_BT=(mask * -np.log(cfg.vocab_size)).astype(np.float32),
+    advantages_B=rng.normal(size=batch).astype(np.float32),
+    role_B=np.zeros(batch, np.int32),
+    rewards_B=np.zeros(batch, np.float32),
+    group_id_B=np.zeros(batch, np.int32),
+    valid_B=np.ones(batch, bool),
+    turns_B=np.ones(batch, np.int32),
+  )
+
+
+def bench_config(name: str, args, peak: float) -> dict:
+  cfg = model_config(name, args.vocab, jnp.dtype(args.dtype), args.remat)
+  mesh = sharding.make_mesh((-1, 1, 1)) if len(jax.devices()) > 1 else None
+  if mesh is None:
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+  else:
+    model = sharding.create_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
+  loss_cfg = losses.LossConfig(logprob_chunk=args.chunk)
+  opt_cfg = OptimizerConfig(learning_rate=1e-6)
+  graphdef, state = train_state.create_train_state(model, make_optimizer(opt_cfg), mesh=mesh)
+  step = update.make_update(
+    graphdef, loss_cfg, opt_cfg, micro_batches=args.micro_batches, mesh=mesh, state=state
+  )
+  batch = jax.tree.map(jnp.asarray, make_batch(cfg, args.batch, args.seq))
+  if mesh is not None:
+    batch = jax.device_put(batch, tj.shardings(mesh, batch))
+
+  t = time.perf_counter()
+  state, m = step(state, batch)
+  jax.block_until_ready(m)
+  compile_s = time.perf_counter() - t
+  holder = {"state": state}
+
+  def run():
+    holder["state"], metrics = step(holder["state"], batch)
+    return metrics
+
+  step_s = _median_time(run, args.steps)
+
+  # Profile: the same loss without the optimizer (forward + backward) and forward only.
+  params = holder["state"].params
+  gb, gt = float(args.batch), jnp.sum(batch.loss_mask_BT)
+
+  def fwd(p):
+    return update.batch_loss(graphdef, p, batch, loss_cfg, global_batch=gb, global_tokens=gt)[0]
+
+  with sharding.use_mesh(mesh):
+    fwd_j = jax.jit(fwd)
+    grad_j = jax.jit(
+      lambda p: update.loss_and_grads(
+        graphdef, p, batch, loss_cfg, micro_batches=args.micro_batches
+      )[0]
+    )
+    body_j = jax.jit(lambda p: jnp.sum(nnx.merge(graphdef, p).hidden(batch.tokens_BT)[0]))
+    jax.block_until_ready((fwd_j(params), grad_j(params), body_j(params)))
+    fwd_s = _median_time(lambda: fwd_j(params), args.steps)
+    grad_s = _median_time(lambda: grad_j(params), args.steps)
+    body_s = _median_time(lambda: body_j(params), args.steps)
+
+  tokens = args.batch * args.seq
+  model_flops = 3 * cfg.flops_per_token(args.seq) * tokens
+  return {
+    "config": {
+      k: v
+      for k, v in cfg.to_dict().items()
+      if k
+      in (
+        "vocab_size",
+        "embed_dim",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "mlp_dim",
+        "dtype",
+        "remat",
+      )
+    },
+    "params_m": cfg.num_params / 1e6,
+    "compile_s": compile_s,
+    "step_s": step_s,
+    "tokens_per_s": tokens / step_s,
+    "model_tflops_per_step": model_flops / 1e12,
+    "achieved_tflops_per_s": model_flops / step_s / 1e12,
+    "mfu": model_flops / step_s / peak,
+    "profile_s": {
+      "forward_body": body_s,
+      "forward_loss": fwd_s,
+      "forward_backward": grad_s,
+      "update": step_s,
+    },
+    "profile_frac": {
+      "forward_body": body_s / step_s,
+      "logprob_head_and_loss": (fwd_s - body_s) / step_s,
+      "backward": (grad_s - fwd_s) / step_s,
+      "optimizer_and_rest": (step_s - grad_s) / step_s,
+    },
+  }
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--configs", default="tiny,mid")
+  p.add_argument("--batch", type=int, default=16)
+  p.add_argument("--seq", type=int, default=512)
+  p.add_argument("--steps", type=int, default=3)
+  p.add_argument("--vocab", type=int, default=16384)
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  p.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+  p.add_argument("--micro-batches", type=int, default=1)
+  p.add_argument("--chunk", type=int, default=256, help="log-softmax chunk (sequence positions)")
+  args = p.parse_args()
+
+  peak = metrics.probe_matmul_peak(jnp.dtype(args.dtype))
+  out = {
+    "benchmark": "train_step",
+    "backend": jax.default_backend(),
+    "devices": len(jax.devices()),
+    "device_kind": jax.devices()[0].device_kind,
+    "machine": platform.machine(),
+    "batch": args.batch,
+    "seq": args.seq,
+    "micro_batches": args.micro_batches,
+    "matmul_peak_tflops_per_s": peak / 1e12,
+    "results": {},
+  }
+  for name in args.configs.split(","):
+    out["results"][name] = bench_config(name, args, peak)
+  print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+  main()
