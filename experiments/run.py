@@ -37,7 +37,15 @@ def main(argv: list[str]) -> int:
     _fail(f"bad config override: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
   except FileNotFoundError as e:
     _fail(f"config file not found: {e}")
-  if FLAGS.config is None:
+  try:
+    config = FLAGS.config
+    if config is not None:
+      config.keys()  # a config that failed to load raises on first access
+  except OSError as e:  # config_flags defers file errors to the first access
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    detail = next((ln for ln in reversed(lines) if "Errno" in ln or "Error" in ln), lines[-1])
+    _fail(f"cannot load config: {detail}")
+  if config is None:
     _fail("--config is required")
   if not FLAGS.workdir:
     _fail("--workdir is required")
@@ -49,11 +57,11 @@ def main(argv: list[str]) -> int:
   from spade_jax import train  # imported late: flag errors should not wait for jax
 
   try:
-    train.check_config(FLAGS.config)
+    train.check_config(config)
   except (ValueError, KeyError, TypeError) as e:
     _fail(str(e))
   try:
-    train.train(FLAGS.config, FLAGS.workdir)
+    train.train(config, FLAGS.workdir)
   except train.UserError as e:
     _fail(str(e))
   return 0

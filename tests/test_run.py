@@ -56,4 +56,4 @@ def test_unreadable_corpus(tmp_path):
   bad = tmp_path / "corpus.jsonl"
   bad.write_text('{"text": "fine"}\nnot json\n')
   res = run("--config", SMOKE, "--workdir", str(tmp_path / "w"), f"--config.spade.corpus={bad}")
-  assert res.returncode == 2 and "line 2" in res.stderr, res.stderr[-2000:]
+  assert res.returncode == 2 and f"{bad.name}:2" in res.stderr, res.stderr[-2000:]
