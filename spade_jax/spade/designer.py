@@ -301,8 +301,8 @@ class Designer:
           file=f"{stem}.py",
         )
       )
-    self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
-    return games
+    seconds = self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
+    return games, seconds
 
   def update_record(self, file: str, **fields) -> None:
     """Adds fields (hint, translation, results) to an environment's verdict JSON."""
