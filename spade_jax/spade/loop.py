@@ -118,7 +118,7 @@ class SpadeLoop:
     elif any(g is not None for g in self.games):
       source = POOL_CARRIED  # nothing validated: the agent replays the previous pool
     else:
-      self.games = self.designer.library_pool(
+      self.games, metrics["perf/hint_s"] = self.designer.library_pool(
         gen_step=step, skills=names, seed=cfg.seed, params=params
       )
       source = POOL_LIBRARY
