@@ -139,3 +139,18 @@ def test_host_state_must_be_json(tmp_path, state):
     assert c.restore_host_state() == {"np": 1.5, "arr": [0, 1, 2]}
   meta = json.loads(open(os.path.join(tmp_path / "c", "2", "meta", "metadata")).read())
   assert meta["model_config"]["embed_dim"] == 16
+
+
+def test_async_save_survives_donating_the_state_right_after(tmp_path, state):
+  """The training loop donates the state to the next update right after ``save`` returns; the
+  asynchronous write must already hold its own copy."""
+  copy = jax.tree.map(lambda x: x.copy(), state)
+  want = jax.tree.map(np.array, state)  # (a numpy view of `copy` would block its donation)
+  donate = jax.jit(lambda s: jax.tree.map(lambda x: x * 2, s), donate_argnums=0)
+  with ckpt.Checkpointer(tmp_path / "c", model_config=CFG, async_save=True) as c:
+    c.save(1, copy)
+    clobbered = donate(copy)
+    assert jax.tree.leaves(copy.params)[0].is_deleted()
+    restored, _ = c.restore(train_state.abstract_state(clobbered))
+  for got, w in zip(jax.tree.leaves(restored), jax.tree.leaves(want), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), w)
