@@ -153,7 +153,10 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   draw_n = jnp.clip(draw_n, 0, lw)
   bits = jax.lax.dynamic_slice(ctx.bits, (m.local,), (lw,))
   span = (sb - sa + 1).astype(jnp.uint32)
-  perm = _rank_sort(jnp.where(va, bits >> 1, jnp.uint32(0xFFFFFFFF)))[1]
+  # One rank sort serves both `sort` (by value) and the draw permutation (by random key);
+  # invalid slots sort last (stable), so the first `na` entries are the sorted valid ones.
+  sort_keys = jnp.where(is_op("sort"), la, (bits >> 1).astype(jnp.int32))
+  sorted_vals, perm = _rank_sort(jnp.where(va, sort_keys, INT32_MAX))
   own = jnp.where(
     is_op("rand"),
     sa + (bits[0] % jnp.maximum(span, 1)).astype(jnp.int32),
@@ -165,10 +168,11 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   drawn = jnp.where(taped, jax.lax.dynamic_slice(ctx.tape, (m.n_draws,), (lw,)), own)
   first = drawn[0]
   in_pop = (drawn >= 0) & (drawn < na)
-  dup = jnp.any(
-    (drawn[:, None] == drawn[None, :]) & (col[:, None] > col[None, :]) & (col[None, :] < draw_n), 1
-  )
-  idx_ok = jnp.all(~(col < draw_n) | (in_pop & ~dup))
+  # Replayed indices must be distinct and in range: a bit set with one bit per index.
+  live = col < draw_n
+  bitset = jnp.where(live & in_pop, jnp.left_shift(jnp.uint32(1), jnp.clip(drawn, 0, 31)), 0)
+  seen = jax.lax.reduce(bitset.astype(jnp.uint32), jnp.uint32(0), jax.lax.bitwise_or, (0,))
+  idx_ok = jnp.all(~live | in_pop) & (jax.lax.population_count(seen) == draw_n)
   diff, diff_o = _sub(sb, sa)
   rand_bad = (sa > sb) | diff_o | (diff >= INT32_MAX) | (taped[0] & ((first < sa) | (first > sb)))
   draw_fault = jnp.select(
@@ -254,7 +258,7 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
     "push": (jnp.where(col == nd, sa, ld), jnp.minimum(nd + 1, lw), (nd >= lw) * FAULT_CAPACITY),
     "clear": (jnp.zeros(lw, jnp.int32), jnp.int32(0), none),
     "copy": (la, na, none),
-    "sort": (_rank_sort(jnp.where(va, la, INT32_MAX))[0], na, none),
+    "sort": (sorted_vals, na, none),
     "rev": (la[jnp.clip(na - 1 - col, 0, lw - 1)], na, none),
     "take": (la, k, none),
     "shuffle": (picked, na, none),
