@@ -119,15 +119,17 @@ def test_template_items_inverts_compilation(compiled):
 
 def test_long_output_is_cut_and_flagged(compiled):
   tok, program, _ = compiled
-  small = dataclasses.replace(CFG, obs_len=8)
   regs = np.zeros(CFG.n_regfile, np.int32)
   lists = np.tile(np.arange(100, 100 + CFG.list_len, dtype=np.int32), (CFG.n_listfile, 1))
   lens = np.full(CFG.n_listfile, CFG.list_len, np.int32)
   full, cut_full = render(program, 2, regs, lists, lens, CFG)
-  short, cut = render(program, 2, regs, lists, lens, small)
+  short, cut = render(program, 2, regs, lists, lens, CFG, out_len=8)
   assert bool(cut) and not bool(cut_full)
-  assert int(short.length) == 8
-  np.testing.assert_array_equal(np.asarray(short.ids), np.asarray(full.ids)[:8])
+  assert int(short.length) == 8 and short.ids.shape == (CFG.obs_len,)
+  np.testing.assert_array_equal(np.asarray(short.ids)[:8], np.asarray(full.ids)[:8])
+  assert not np.asarray(short.ids)[8:].any()
+  small = dataclasses.replace(CFG, obs_len=8, feedback_len=8)
+  assert int(render(program, 2, regs, lists, lens, small)[0].length) == 8
 
 
 def _no_digit_split_tokenizer():

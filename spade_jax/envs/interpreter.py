@@ -5,7 +5,8 @@ The program is gymnax's ``params``: ``reset(key, program) -> (obs, state)`` and
 (gymnax's ``step`` auto-resets a finished episode and puts the last observation in
 ``info["final_observation"]``). `transition` is the same step without the auto-reset, which is
 what a multi-turn rollout wants. Observations are `Tokens` (token ids in a fixed
-``cfg.obs_len`` buffer plus a length); the action is a parsed answer (`Action`, see
+``cfg.obs_len`` buffer plus a length; step feedback uses at most the first
+``cfg.feedback_len`` entries, longer feedback is cut and flagged); the action is a parsed answer (`Action`, see
 `parse.parse_result`). Everything vmaps over keys, states, actions *and* programs; one
 compilation serves any program of the configured sizes.
 
@@ -159,7 +160,7 @@ class ProgramEnv(environment.Environment):
     new = new.replace(
       terminated=terminated, truncated=truncated, fault=new.fault | bad_reward * FAULT_REWARD
     )
-    obs, new = self._render(new, TPL_CASE0 + case, program)
+    obs, new = self._render(new, TPL_CASE0 + case, program, cfg.feedback_len)
     obs = Tokens(obs.ids, jnp.where(any_hit, obs.length, 0))
     reward = milli.astype(jnp.float32) / REWARD_SCALE
     # A finished episode does not move.
@@ -190,8 +191,8 @@ class ProgramEnv(environment.Environment):
     )
 
   # ------------------------------------------------------------------------------ helpers
-  def _render(self, state: EnvState, t, program: EnvProgram):
-    tokens, cut = render(program, t, state.regs, state.lists, state.list_len, self.cfg)
+  def _render(self, state: EnvState, t, program: EnvProgram, out_len=None):
+    tokens, cut = render(program, t, state.regs, state.lists, state.list_len, self.cfg, out_len)
     return tokens, state.replace(fault=state.fault | cut * FAULT_CAPACITY)
 
   def _run(self, key, state: EnvState, code, program: EnvProgram) -> EnvState:

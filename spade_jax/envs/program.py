@@ -145,12 +145,15 @@ class ProgramConfig:
   tpl_slots: int = 8  # number slots per template
   tail_len: int = 4  # sign-variant tokens before a number / list separator tokens
   obs_len: int = 256  # rendered observation buffer
+  feedback_len: int = 96  # longest step feedback (rendered into the first entries of obs_len)
   n_draws: int = 64  # random draws recorded per episode
   max_turns_cap: int = 32
 
   def __post_init__(self):
     if self.list_len < 10:
       raise ValueError("list_len must be >= 10 (digits of an int32)")
+    if not 0 < self.feedback_len <= self.obs_len:
+      raise ValueError("feedback_len must be in [1, obs_len]")
 
   @property
   def n_regfile(self) -> int:

@@ -267,10 +267,12 @@ def decimal_digits(v):
   return d.astype(jnp.int32), count.astype(jnp.int32)
 
 
-def render(program: EnvProgram, t, regs, lists, list_len, cfg: ProgramConfig):
+def render(program: EnvProgram, t, regs, lists, list_len, cfg: ProgramConfig, out_len=None):
   """Renders template ``t`` of ``program`` with registers ``regs`` [n_regfile] and lists
   ``lists`` [n_listfile, list_len] (lengths ``list_len``) -> ``(Tokens, cut)``; ``cut`` is
-  True when the text needed more than ``cfg.obs_len`` tokens (the caller flags a fault).
+  True when the text needed more than ``out_len`` (default ``cfg.obs_len``) tokens (the caller
+  flags a fault); the buffer always has ``cfg.obs_len`` entries (zero beyond ``out_len``), and
+  the cost grows with ``out_len``.
 
   The output is the pieces ``lit_0, slot_0, lit_1, slot_1, ..., lit_S``: literal segments
   (contiguous after a slot's variant removed tokens at their ends) and slots (elements, each
@@ -320,7 +322,8 @@ def render(program: EnvProgram, t, regs, lists, list_len, cfg: ProgramConfig):
   piece_end = jnp.cumsum(piece_len)
   length = piece_end[-1]
   # Each output position -> piece, then literal index or (slot, element, offset).
-  p = jnp.arange(cfg.obs_len)
+  out_len = cfg.obs_len if out_len is None else out_len
+  p = jnp.arange(out_len)
   piece = jnp.sum(p[:, None] >= piece_end[None, :], 1)
   piece_c = jnp.clip(piece, 0, 2 * n_slots)
   off = p - (piece_end[piece_c] - piece_len[piece_c])
@@ -335,4 +338,5 @@ def render(program: EnvProgram, t, regs, lists, list_len, cfg: ProgramConfig):
   dig_tok = program.digit_ids[((mag[ks, j] // power) % 10).astype(jnp.int32)]
   tok = jnp.where(piece_c % 2 == 0, lit, jnp.where(q < plen, pre_tok, dig_tok))
   tok = jnp.where(p < length, tok, 0)
-  return Tokens(tok, jnp.minimum(length, cfg.obs_len).astype(jnp.int32)), length > cfg.obs_len
+  tok = jnp.pad(tok, (0, cfg.obs_len - out_len))
+  return Tokens(tok, jnp.minimum(length, out_len).astype(jnp.int32)), length > out_len
