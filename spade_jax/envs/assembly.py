@@ -24,8 +24,18 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
 Operands: integers, scalar registers ``r0..`` and the read-only ``turn maxturns found guess
 nguess``, list registers ``l0..`` and the read-only ``lguess``, tables ``t0..``. Templates are
 JSON string literals and register names (a list renders as ``"a, b, c"``). Rewards are in
-thousandths. Opcodes and their operands are listed in `program.OPS`. Every error names the
-line and the problem. `disassemble` prints the canonical form, which assembles back to the
+thousandths. Opcodes (signatures in `program.OPS`; ``d`` destination, ``a b c`` scalars,
+``L M`` lists or tables, Python semantics, int32-checked)::
+
+  set d a | add/sub/mul d a b | div/mod d a b (floor, Python sign) | neg/abs d a | min/max d a b
+  eq/ne/lt/le/gt/ge d a b (0/1) | and/or d a b, not d a (0/1) | sel d a b c (b if a else c)
+  gcd d a b (math.gcd) | rand d a b (randint) | choice d L
+  len/sum/lmin/lmax d L | argmin/argmax d L (first index) | count/find/get d L a
+    (L.count(a) / L.index(a) / L[a]) | match d L M (equal positions) | leq d L M (L == M)
+  dot d L M (sum of products) | lset l a b (l[a] = b) | push l a | clear l | copy l L
+  sort/rev l L | take l L a (L[:a]) | shuffle l L | sample l L a | range l a b | digits l a
+
+Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the
 identical program.
 """
 

@@ -3,18 +3,22 @@
 A template is a sequence of items: literal text, a scalar register (rendered as a decimal int)
 or a list register (rendered as ``"a, b, c"``). It is compiled once per tokenizer into
 literal token ids plus *number slots*; on device a slot emits the decimal digit tokens of its
-value, so rendering is a fixed-shape gather/scatter with no host round trip.
+value, so rendering is a fixed-shape gather with no host round trip.
 
 Why this equals ``tokenizer.encode`` of the rendered string: the supported tokenizers (SmolLM2,
-Qwen, the test BPE) pre-split every decimal digit into its own token, so the literal text
-around a number is tokenised independently of the digits, *except* that a minus sign may
-merge with the text before it (SmolLM2 encodes ``" -5"`` as ``" -"``, ``"5"``). Each slot
-therefore stores the literal tokens for a non-negative value and a replacement "tail" used
-when the value is negative: ``encode(text)`` vs ``encode(text + "-")``, sharing a common
-prefix. List separators have the same two variants (``", "`` / ``", -"``). Compilation
-*verifies* the result: every template is rendered with a set of probe values (zero, small,
-negative, int32 extremes, empty and long lists) by `render_host` (the host mirror of the
-device renderer) and compared to ``encode`` of the same string in Python; any mismatch raises
+Qwen, the test BPE) give every decimal digit its own token, so a digit never merges with its
+neighbours; each literal segment is therefore tokenised *in its digit context* (``"0" + text +
+"0"`` minus the two context tokens: SmolLM2 splits trailing whitespace differently before a
+digit than at the end of a string). What still depends on the value is handled by per-slot
+variants: a minus sign may merge with the text before it (SmolLM2 encodes ``" -5"`` as
+``" -"``, ``"5"``), so a slot stores the tokens that replace the end of the preceding text when
+the value is negative; an empty list joins the texts around it (``"{" + "}"`` may become
+``"{}"``), so a list slot also stores that replacement. List separators have two variants
+(``", "`` / ``", -"``). Compilation *verifies* the result: the template is rendered by
+`render_host` (the host mirror of the device renderer) for every combination of slot variants
+(up to `MAX_VARIANT_COMBOS`) and for value probes (int32 extremes, long lists with negative
+elements), and compared with ``encode`` of the same string; any mismatch (e.g. a tokenizer that
+merges digits, or a negative number right after an empty list with no text between) raises
 `TemplateError` when the program is built, never silent drift.
 """
 
