@@ -8,7 +8,8 @@ same run, plus a short profile (forward / backward / optimizer split).
 Prints one JSON object. MFU = model FLOPs of forward + backward (3x the forward matmul FLOPs of
 ``TransformerConfig.flops_per_token``; rematerialisation not counted) / step time / peak, where
 the peak is the best of square matmuls of the compute dtype timed in this process. Each timing
-is the median of ``--steps`` runs after one warm-up (compile excluded and reported separately).
+is the median of ``--steps`` round-robin runs after one warm-up (compile excluded and reported
+separately).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 from spade_jax import metrics, sharding
@@ -42,15 +44,6 @@ def model_config(name: str, vocab: int, dtype, remat: str) -> TransformerConfig:
       embed_dim=512, num_layers=8, num_heads=8, num_kv_heads=8, head_dim=64, mlp_dim=1536, **common
     )
   raise ValueError(f"unknown config {name!r}")
-
-
-def _median_time(fn, steps: int) -> float:
-  times = []
-  for _ in range(steps):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
 
 
 def make_batch(cfg: TransformerConfig, batch: int, seq: int, seed: int = 0) -> tj.Trajectories:
@@ -98,11 +91,11 @@ def bench_config(name: str, args, peak: float) -> dict:
     holder["state"], metrics = step(holder["state"], batch)
     return metrics
 
-  step_s = _median_time(run, args.steps)
-
-  # Profile: the same loss without the optimizer (forward + backward) and forward only.
+  # Profile: the same loss forward only, with backward, the transformer body alone, and the
+  # optimizer alone. All are timed round-robin so load drift hits each alike.
   params = holder["state"].params
   gb, gt = float(args.batch), jnp.sum(batch.loss_mask_BT)
+  optimizer = make_optimizer(opt_cfg)
 
   def fwd(p):
     return update.batch_loss(graphdef, p, batch, loss_cfg, global_batch=gb, global_tokens=gt)[0]
@@ -115,10 +108,29 @@ def bench_config(name: str, args, peak: float) -> dict:
       )[0]
     )
     body_j = jax.jit(lambda p: jnp.sum(nnx.merge(graphdef, p).hidden(batch.tokens_BT)[0]))
-    jax.block_until_ready((fwd_j(params), grad_j(params), body_j(params)))
-    fwd_s = _median_time(lambda: fwd_j(params), args.steps)
-    grad_s = _median_time(lambda: grad_j(params), args.steps)
-    body_s = _median_time(lambda: body_j(params), args.steps)
+    opt_j = jax.jit(lambda p, o, g: optax.apply_updates(p, optimizer.update(g, o, p)[0]))
+    grads = grad_j(params)
+    fns = {
+      "update": run,
+      "forward_body": lambda: body_j(holder["state"].params),
+      "forward_loss": lambda: fwd_j(holder["state"].params),
+      "forward_backward": lambda: grad_j(holder["state"].params),
+      "optimizer": lambda: opt_j(holder["state"].params, holder["state"].opt_state, grads),
+    }
+    jax.block_until_ready([f() for f in fns.values()])
+    times = {k: [] for k in fns}
+    for _ in range(args.steps):
+      for k, f in fns.items():
+        t = time.perf_counter()
+        jax.block_until_ready(f())
+        times[k].append(time.perf_counter() - t)
+  med = {k: statistics.median(v) for k, v in times.items()}
+  step_s, body_s, fwd_s, grad_s = (
+    med["update"],
+    med["forward_body"],
+    med["forward_loss"],
+    med["forward_backward"],
+  )
 
   tokens = args.batch * args.seq
   model_flops = 3 * cfg.flops_per_token(args.seq) * tokens
@@ -146,17 +158,13 @@ def bench_config(name: str, args, peak: float) -> dict:
     "model_tflops_per_step": model_flops / 1e12,
     "achieved_tflops_per_s": model_flops / step_s / 1e12,
     "mfu": model_flops / step_s / peak,
-    "profile_s": {
-      "forward_body": body_s,
-      "forward_loss": fwd_s,
-      "forward_backward": grad_s,
-      "update": step_s,
-    },
+    "profile_s": med,
     "profile_frac": {
       "forward_body": body_s / step_s,
       "logprob_head_and_loss": (fwd_s - body_s) / step_s,
       "backward": (grad_s - fwd_s) / step_s,
-      "optimizer_and_rest": (step_s - grad_s) / step_s,
+      "optimizer": med["optimizer"] / step_s,
+      "rest": (step_s - grad_s - med["optimizer"]) / step_s,
     },
   }
 
