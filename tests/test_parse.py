@@ -146,7 +146,10 @@ def test_fuzz_agrees_with_reference(setup):
 
 
 def test_incremental_feed_equals_scan(setup):
+  """Feeding one token per call (as a decode loop does) gives the scan's answer."""
   tok, tables, fn = setup
+  if tok is not tokenizer("tiny"):
+    pytest.skip("the automaton is tokenizer-independent; run once")
   seqs = [s for s in _fuzz_sequences(tok, 40, seed=1) if len(s) > 24][:4]
   feed = jax.jit(lambda st, t: parse_feed(st, t, tables))
   for seq, want in zip(seqs, _run(fn, seqs)):

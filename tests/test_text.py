@@ -119,6 +119,8 @@ def test_template_items_inverts_compilation(compiled):
 
 def test_long_output_is_cut_and_flagged(compiled):
   tok, program, _ = compiled
+  if tok is not tokenizer("tiny"):
+    pytest.skip("tokenizer-independent; run once")
   regs = np.zeros(CFG.n_regfile, np.int32)
   lists = np.tile(np.arange(100, 100 + CFG.list_len, dtype=np.int32), (CFG.n_listfile, 1))
   lens = np.full(CFG.n_listfile, CFG.list_len, np.int32)
