@@ -13,6 +13,13 @@ donated (updated in place). Inside:
    the reference forward runs only when ``kl_coef > 0``;
 4. a non-finite loss or gradient norm skips the step (parameters and optimizer state are kept,
    ``train/update_skipped`` is 1) instead of applying it.
+
+Metrics (device scalars, replicated): ``train/loss``, ``train/pg_loss``, ``train/clip_frac``,
+``train/tis_clipped_frac``, ``train/tis_weight_mean``, ``train/approx_kl`` (sampler vs trainer),
+``train/entropy``, ``train/ref_kl`` and ``train/kl_loss`` (when ``kl_coef > 0``),
+``train/grad_norm`` (before clipping), ``train/lr`` (0 when skipped), ``train/update_skipped``,
+``train/loss_tokens``, ``train/valid_samples`` and per role ``train/{agent,designer}_samples``,
+``_tokens``, ``_adv_mean``. Rematerialisation is the model's ``TransformerConfig.remat``.
 """
 
 from __future__ import annotations
