@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
   if report.valid:
     t = time.perf_counter()
     result = translate(report.source, report, args.tokenizer, args.seeds)
+    result.pop("program", None)  # the EnvProgram itself is not JSON
     timings = result.pop("timings", {}) or {}
     out.update(result)
     out["timings"].update(timings)

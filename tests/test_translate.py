@@ -1,0 +1,420 @@
+"""The translator: library twins and translatable fixtures lower to programs that pass the
+differential check against their sandboxed originals; everything outside the subset is refused
+with the construct and line that blocked it; deliberately wrong translations are rejected; the
+`check` CLI reports the translation.
+
+All checks share one sandbox pool and the translator's one interpreter compilation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from envs_fixtures import tokenizer
+from hf_fixtures import tiny_tokenizer_dir
+
+from spade_jax.envs import check, sandbox_policy, translate_calls, translate_ops, translate_program
+from spade_jax.envs.library import FAMILIES
+from spade_jax.envs.program import DEFAULT_CONFIG
+from spade_jax.envs.sandbox import SandboxPool
+from spade_jax.envs.translate import ByteTokenizer, translate, translate_and_check
+from spade_jax.envs.translate_check import PROBE_CLASS, probe_source
+from spade_jax.envs.validate import repair_fstrings
+
+FIXTURES = Path(__file__).parent / "fixtures" / "envs" / "valid"
+SEEDS = 64
+
+
+def fixture(name: str) -> str:
+  return next(FIXTURES.glob(f"{name}_*.py")).read_text()
+
+
+@pytest.fixture(scope="module")
+def pool():
+  with SandboxPool(2) as p:
+    yield p
+
+
+def run(source, pool, seeds=SEEDS, **kw):
+  return translate_and_check(
+    source, None, tokenizer=tokenizer("tiny"), seeds=seeds, pool=pool, **kw
+  )
+
+
+def refusal(source: str, **kw) -> str:
+  tr = translate(source, tokenizer("tiny"), kwargs=kw or None)
+  assert tr.program is None, tr.assembly
+  return tr.reason
+
+
+# ----------------------------------------------------------------------------- accepted
+def test_every_library_twin_at_every_level_translates_and_matches(pool):
+  for f in FAMILIES.values():
+    for level in f.levels:
+      out = run(f.twin_source(), pool, kwargs=level)
+      assert out["translated"], (f.name, level, out["translation_reason"])
+      assert out["checked_episodes"] == 3 * SEEDS
+      assert out["answer_parse"] == "exact" and out["translation_reason"] == ""
+      assert out["program"] is not None and out["assembly"].startswith("turns ")
+
+
+@pytest.mark.parametrize("name", ["v01", "v02", "v03", "v05"])
+def test_translatable_fixtures_pass_the_check(pool, name):
+  out = run(fixture(name), pool)
+  assert out["translated"], out["translation_reason"]
+  assert out["answer_parse"].startswith("approximate")  # re.findall answers
+
+
+def test_v04_sample_from_59_values_is_refused_with_its_line():
+  reason = refusal(fixture("v04"))
+  assert reason.startswith("line 15: `random.sample(range(1, 60), 5)`")
+  assert "population of 59 values exceeds the interpreter's list capacity 12" in reason
+
+
+@pytest.mark.parametrize(
+  "name, line, construct",
+  [
+    ("v10", 17, "random choice among non-int values"),
+    ("v11", 15, "random choice among non-int values"),
+    ("v12", 16, "`sorted(self.PRICES)` is not a list of ints"),
+    ("v13", 15, "random.uniform is outside the translatable subset"),
+    ("v14", 12, "`namedtuple('Clue', 'turn text')` is outside the translatable subset"),
+    ("v15", 19, "solution() must return ints"),
+    ("v16", 21, "class CaesarEnv has base classes"),
+  ],
+)
+def test_host_only_fixtures_are_refused_with_construct_and_line(name, line, construct):
+  source = repair_fstrings(fixture(name))[0]  # the validator's repaired source (v15)
+  reason = refusal(source)
+  assert reason.startswith(f"line {line}: ") and construct in reason, reason
+
+
+KITCHEN = r"""import math
+import random
+import re
+
+HINTS = ("even", "odd")
+
+
+def clamp(x, lo, hi):
+  return max(lo, min(hi, x))
+
+
+class KitchenEnv:
+  def __init__(self, max_turns=5, n=4, scale=3):
+    self.max_turns, self.n, self.scale = max_turns, n, scale
+    self.reset()
+
+  def _pick(self):
+    return self.rng.randint(-20, 20)
+
+  def reset(self, seed=None):
+    self.rng = random.Random(seed)
+    vals = [self._pick() for _ in range(self.n)]
+    vals[0] = clamp(vals[0], -5, 5)
+    self.order = list(range(1, 6))
+    self.rng.shuffle(self.order)
+    q, r = divmod(vals[1], self.scale)
+    self.total = 0
+    for i, v in enumerate(vals):
+      if v % 2 == 0:
+        self.total += v * (i + 1)
+      else:
+        self.total -= v
+    self.big = max(vals) if self.total > 0 else min(vals)
+    self.second_last = vals[-2]
+    self.g = math.gcd(abs(vals[2]) + 1, 12)
+    self.parity = HINTS[0] if self.scale % 2 == 0 else HINTS[1]
+    self.flag = vals[-1] in (1, 2, 3, -7)
+    self.question = f"Values {', '.join(map(str, vals))}; order {self.order[0]}, {self.order[-1]}."
+    self.turn, self.best = 0, -1
+    return (
+      f"{self.question} q={q} r={r} g={self.g} second last={self.second_last} "
+      f"({self.parity}). What is the weighted total? \\boxed{{N}}"
+    ), {}
+
+  def solution(self):
+    return str(self.total)
+
+  def step(self, action):
+    self.turn += 1
+    m = re.findall(r"\\boxed\{\s*(-?\d+)\s*\}", action)
+    if not m:
+      return f"Again: {self.question}", 0.0, False, self.turn >= self.max_turns, {}
+    guess = int(m[-1])
+    close = abs(guess - self.total) <= 3 if -1000 <= guess <= 1000 else False
+    if close:
+      self.best = self.turn
+    if guess == self.total:
+      return f"Yes! flag={self.flag} best={self.best}", 1.0, True, False, {}
+    elif self.turn >= self.max_turns:
+      return f"Out of turns; it was {self.total}.", 0.0, False, True, {}
+    side = "low" if guess < self.total else "high"
+    return f"Too {side}; big={self.big}", -0.25, False, False, {}
+"""
+
+
+@pytest.mark.parametrize("kw", [{"n": 3}, {"n": 3, "scale": 2, "max_turns": 2}])
+def test_many_constructs_at_once(pool, kw):
+  """Helpers (inlined), class-level constants, list element stores, shuffle of a built list,
+  divmod, negative indexes, an unrolled loop with a run-time if, min/max of lists, gcd, `in`
+  a tuple, text kept in an attribute for step(), run-time bools rendered as text, guarded
+  ranges, an attribute changed on some paths, if/elif/else returns, a negative reward."""
+  out = run(KITCHEN, pool, kwargs=kw)
+  assert out["translated"], out["translation_reason"]
+  assert out["checked_draw_ranges"] > 0
+  assert refusal(KITCHEN, n=4).startswith("line 20: reset() needs 51 instructions")
+
+
+# ------------------------------------------------------------------------------- refusals
+ENV = """import random
+import re
+
+
+class TinyEnv:
+  def __init__(self, max_turns=3):
+    self.max_turns = max_turns
+    self.reset()
+
+  def reset(self, seed=None):
+    self.rng = random.Random(seed)
+    self.a = self.rng.randint(1, 9)
+    self.b = self.rng.randint(-9, 9)
+    self.answer = {answer}
+    self.turn = 0
+    return f"a = {{self.a}}, b = {{self.b}}. Answer in \\\\boxed{{{{}}}}.", {{}}
+
+  def solution(self):
+    return str(self.answer)
+
+  def step(self, action):
+    self.turn += 1
+    {step_extra}
+    found = re.findall(r"\\\\boxed\\{{\\s*(-?\\d+)\\s*\\}}", action)
+    if found and int(found[-1]) == self.answer:
+      return "Correct.", 1.0, True, False, {{}}
+    return "Wrong.", {reward}, False, self.turn >= self.max_turns, {{}}
+"""
+
+
+def env(answer="self.a * self.b", step_extra="pass", reward="0.0") -> str:
+  return ENV.format(answer=answer, step_extra=step_extra, reward=reward)
+
+
+@pytest.mark.parametrize(
+  "kw, line, pattern",
+  [
+    ({"answer": "self.a * 0.5"}, 14, r"float value 0\.5 in `self\.a \* 0\.5`"),
+    ({"answer": "self.a / self.b"}, 14, r"true division `self\.a / self\.b`"),
+    ({"answer": "round(self.a)"}, 14, r"round\(\) is outside the translatable subset"),
+    ({"answer": "self.a * 10 ** 9"}, 14, r"may exceed int32 \(range \[1000000000, 9000000000\]\)"),
+    ({"answer": "self.a // self.b"}, 14, r"the divisor in `self\.a // self\.b` may be zero"),
+    ({"answer": "abs(hash(self.a))"}, 14, r"hash\(\) is outside the translatable subset"),
+    ({"answer": "int(str(self.a) + '0')"}, 14, r"call `int\(str\(self\.a\) \+ '0'\)` is outside"),
+    ({"answer": "sorted([self.a, self.b], key=abs)[0]"}, 14, r"keyword arguments \['key'\]"),
+    ({"answer": "[1, 2][self.b]"}, 14, r"index range \[-9, 9\] may be out of range for length 2"),
+    ({"answer": "self.a if self.b > 0 else 0.5"}, 14, r"float or run-time|a float"),
+    (
+      {"step_extra": "self.a = self.rng.randint(1, 5) if self.b > 0 else 0"},
+      23,
+      r"random draw .* runs only on some paths",
+    ),
+    ({"step_extra": "while self.a: pass"}, 23, r"while loop is outside the translatable subset"),
+    ({"reward": "-0.0001"}, 27, r"reward -0\.0001 must be a multiple of 0\.001"),
+    ({"reward": "float(self.turn)"}, 27, r"float\(\) is outside the translatable subset"),
+  ],
+)
+def test_refusals_name_the_construct_and_line(kw, line, pattern):
+  reason = refusal(env(**kw))
+  assert reason.startswith(f"line {line}: ") and re.search(pattern, reason), reason
+
+
+def test_baseline_of_the_refusal_template_translates(pool):
+  assert run(env(), pool, seeds=8)["translated"]
+
+
+def test_draws_in_step_replay_through_the_episode(pool):
+  source = env(step_extra="self.b = self.rng.randint(-5, 5)")
+  source = source.replace('return "Wrong."', 'return f"Wrong. b is now {self.b}."')
+  out = run(source, pool, seeds=16)
+  assert out["translated"], out["translation_reason"]
+  assert "rand" in out["assembly"].split("step")[1]
+
+
+def test_values_that_grow_past_int32_over_the_turns_are_refused(pool):
+  grow = env(step_extra="self.a = self.a * 10")
+  grow = grow.replace('return "Wrong."', 'return f"Wrong. a is now {self.a}."')
+  reason = refusal(grow, max_turns=30)
+  assert reason.startswith("line 23: ") and "may exceed int32" in reason, reason
+  out = run(grow, pool, seeds=16, kwargs={"max_turns": 5})  # 9 * 10**5 fits: accepted
+  assert out["translated"], out["translation_reason"]
+
+
+@pytest.mark.parametrize(
+  "old, new, pattern",
+  [
+    (
+      "self.rng = random.Random(seed)",
+      "self.rng = random.Random(42)",
+      r"seed only with reset\(\)'s seed",
+    ),
+    ("self.rng.randint(1, 9)", "self.rng.random()", r"random\.random is outside"),
+    ("self.turn += 1", "self.turn += 2", r"no turn counter found"),
+    ("self.turn >= self.max_turns, {}", "False, {}", r"cannot find one turn limit"),
+    (
+      '    return "Wrong.", 0.0,',
+      '    if self.b > 0:\n      return "No.", 0.0, False, False, {}\n    return "Wrong.", 0.0,',
+      r"cannot prove that this return's truncated flag equals `turn >= 3`",
+    ),
+    ('"Correct.", 1.0, True, False', '"Correct.", 1.0, True, True', r"truncated flag"),
+    (
+      'r"\\\\boxed\\{\\s*(-?\\d+)',
+      'r"\\\\boxed\\{\\s*(\\d+)',
+      r"is not a recognised .boxed.. answer pattern",
+    ),
+  ],
+)
+def test_more_refusals(old, new, pattern):
+  source = env()
+  assert old in source, old
+  reason = refusal(source.replace(old, new))
+  assert re.match(r"line \d+: ", reason) and re.search(pattern, reason), reason
+
+
+# ------------------------------------------------------------------ wrong translations
+def test_truncating_division_is_rejected(pool, monkeypatch):
+  assert run(fixture("v03"), pool, seeds=16)["translated"]
+  floor = translate_ops.Ops.arith
+
+  def truncating(self, op, a, b, node):
+    if op != "div":
+      return floor(self, op, a, b, node)
+    q = floor(self, "div", self.unary("abs", a, node), self.unary("abs", b, node), node)
+    neg = self.compare("ne", self.compare("lt", a, 0, node), self.compare("lt", b, 0, node), node)
+    return self.sel(neg, self.unary("neg", q, node), q, node)
+
+  monkeypatch.setattr(translate_ops.Ops, "arith", truncating)
+  out = run(fixture("v03"), pool, seeds=16)
+  assert not out["translated"] and out["program"] is None
+  assert re.search(
+    r"differential check failed: \d+/48 episodes differ; first: seed \d+", out["translation_reason"]
+  )
+  assert "parses to" in out["translation_reason"] or "expected" in out["translation_reason"]
+
+
+@pytest.mark.parametrize("delta, verdict", [(-1, "rejects it"), (1, "accepts it")])
+def test_wrong_draw_range_is_rejected(pool, monkeypatch, delta, verdict):
+  """A randint range off by one is caught even when no seed draws the extreme value: the
+  check replays the ends of Python's recorded ranges and one past them."""
+  real = translate_calls.Calls.random_call
+
+  def shifted(self, name, args, kw, node):
+    if name == "randint":
+      args = [args[0], self.arith("add", args[1], delta, node)]
+    return real(self, name, args, kw, node)
+
+  monkeypatch.setattr(translate_calls.Calls, "random_call", shifted)
+  out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=4)
+  assert not out["translated"]
+  edge = 100 if delta < 0 else 101
+  assert (
+    f"seed 0: draw 1 (randint over [1, 100] in Python) replayed as {edge}: the program "
+    f"{verdict} (draw ranges differ)"
+  ) in out["translation_reason"]
+
+
+def test_first_match_regex_env_is_rejected(pool):
+  """`re.search` takes the first \\boxed{}, the device parser the last: the two-box answers of
+  the scripts expose it."""
+  source = (
+    fixture("v02").replace("re.findall(", "re.search(").replace("found[-1]", "found.group(1)")
+  )
+  out = run(source, pool, seeds=16)
+  assert not out["translated"]
+  assert re.search(
+    r"turn \d+, answer '.*\\\\boxed.*\\\\boxed.*': expected", out["translation_reason"]
+  )
+
+
+def test_constants_folded_for_other_arguments_are_rejected(pool, monkeypatch):
+  real = translate_program.lower_source
+  monkeypatch.setattr(translate_program, "lower_source", lambda s, cfg, kwargs=None: real(s, cfg))
+  import spade_jax.envs.translate as tr_mod
+
+  monkeypatch.setattr(tr_mod, "lower_source", translate_program.lower_source)
+  out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=8, kwargs={"high": 1000})
+  assert not out["translated"] and "expected observation" in out["translation_reason"]
+
+
+# --------------------------------------------------------------------------- mechanics
+def test_probe_is_transparent_and_passes_the_static_policy(pool):
+  """The recording probe draws exactly what CPython's random draws: probed and unprobed
+  originals give the same observations and solutions on the same seeds."""
+  for source in [fixture("v01"), fixture("v03")] + [
+    FAMILIES[n].twin_source() for n in ("mastermind", "missing_number", "gcd_lcm")
+  ]:
+    _, cls = sandbox_policy.check_source(source)
+    probed = probe_source(source, cls)
+    assert probed.startswith(source.rstrip("\n")) and sandbox_policy.check_source(probed)[0] is None
+    kwargs = {"distinct": True} if "MastermindEnv" in source else None
+    plain = pool.make_envs(source, 8, kwargs=kwargs)
+    probe = pool.make_envs(probed, 8, class_name=PROBE_CLASS, static_check=False, kwargs=kwargs)
+    a = pool.reset_many(plain, range(8))
+    b = pool.reset_many(probe, range(8))
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert all(len(x[1]["spade_draws"]) > 0 for x in b)
+    sa = pool.call_many(plain, "solution", [None] * 8)
+    assert sa == pool.call_many(probe, "solution", [None] * 8)
+    pool.close_envs(plain + probe)
+
+
+def test_accepted_program_with_its_own_draws_stays_in_the_python_ranges(pool):
+  import jax
+
+  from spade_jax.envs.translate_check import _interpreter
+
+  out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=4, kwargs={"low": -50, "high": 50})
+  reset, _ = _interpreter(DEFAULT_CONFIG)
+  keys = jax.random.split(jax.random.key(3), 64)
+  obs, state, sol = reset(
+    keys, out["program"], np.zeros((64, 64), np.int32), np.zeros(64, np.int32)
+  )
+  answers = np.asarray(sol.values)[:, 0]
+  assert answers.min() >= -50 and answers.max() <= 50 and len(set(answers.tolist())) > 20
+  assert not np.asarray(state.fault).any()
+
+
+def test_hint_goes_into_the_hint_template():
+  from spade_jax.envs.program import TPL_HINT
+  from spade_jax.envs.text import template_items
+
+  tok = tokenizer("tiny")
+  tr = translate(FAMILIES["nim"].twin_source(), tok, hint="Leave a multiple of k + 1.")
+  assert template_items(tr.program, TPL_HINT, tok) == [("text", "Leave a multiple of k + 1.")]
+  tr = translate(FAMILIES["nim"].twin_source(), tok, hint="x" * 5000)
+  assert tr.program is None and tr.reason.startswith("the hint does not build")
+
+
+def test_byte_tokenizer_fallback_and_validation_verdict(pool):
+  out = translate_and_check(fixture("v02"), None, tokenizer=ByteTokenizer(), seeds=8, pool=pool)
+  assert out["translated"] and out["tokenizer"] == "bytes"
+
+  class Invalid:
+    valid = False
+
+  out = translate_and_check(fixture("v02"), Invalid(), tokenizer=ByteTokenizer())
+  assert not out["translated"] and out["translation_reason"].startswith("not attempted")
+
+
+def test_check_cli_reports_the_translation(capsys):
+  path = FIXTURES / "v02_arithmetic.py"
+  args = [str(path), "--json", "--seeds", "4", "--tokenizer", tiny_tokenizer_dir()]
+  assert check.main(args) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["valid"] and out["translated"] is True and out["translation_reason"] == ""
+  assert out["checked_episodes"] == 12 and "program" not in out
+  assert out["assembly"].startswith("turns 3\n") and "translate" in out["timings"]
