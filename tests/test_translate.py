@@ -285,6 +285,24 @@ def test_more_refusals(old, new, pattern):
   assert re.match(r"line \d+: ", reason) and re.search(pattern, reason), reason
 
 
+def test_state_carried_across_episodes_is_refused():
+  """Shuffling a class constant or an __init__ list in reset() makes each episode depend on the
+  previous ones (the interpreter starts every episode afresh): refused; a copy is fine."""
+  base = env().replace("    self.a = self.rng.randint(1, 9)\n", "    DRAW\n")
+  klass = base.replace("class TinyEnv:\n", "class TinyEnv:\n  ITEMS = [3, 1, 4, 1, 5]\n\n")
+  shuffled = klass.replace("DRAW", "self.rng.shuffle(self.ITEMS)\n    self.a = self.ITEMS[0]")
+  assert "shuffle needs a list of ints built in this method" in refusal(shuffled)
+  init = base.replace(
+    "self.max_turns = max_turns\n", "self.max_turns = max_turns\n    self.items = [3, 1, 4]\n"
+  )
+  init = init.replace("DRAW", "self.rng.shuffle(self.items)\n    self.a = self.items[0]")
+  assert refusal(init).startswith("line 13: `self.items` is read before reset() assigns it")
+  copied = klass.replace(
+    "DRAW", "items = list(self.ITEMS)\n    self.rng.shuffle(items)\n    self.a = items[0]"
+  )
+  assert translate(copied, tokenizer("tiny")).program is not None
+
+
 # ------------------------------------------------------------------ wrong translations
 def test_truncating_division_is_rejected(pool, monkeypatch):
   assert run(fixture("v03"), pool, seeds=16)["translated"]

@@ -133,8 +133,8 @@ class Calls:
     elif name in ("list", "tuple") and len(args) <= 1:
       if not args:
         return self.lst_from([], node)
-      if isinstance(one, tuple) and not all(int_like(v) for v in one):
-        return one
+      if self.code is None or isinstance(one, tuple) and not all(int_like(v) for v in one):
+        return tuple(self.iterate(one, node.args[0]))  # constants stay immutable
       return self.lst_from(one, node, mutable=name == "list")
     elif name == "range" and 1 <= len(args) <= 3:
       if not all(const_int(a) for a in args):

@@ -78,9 +78,9 @@ class Exprs(Seqs, Facts):
 
   def expr_List(self, node):
     vals = list(self.expr_Tuple(node))
-    if all(int_like(v) for v in vals) and (vals or self.code is not None):
+    if self.code is not None and all(int_like(v) for v in vals):
       return self.lst_from(vals, node)
-    return tuple(vals)
+    return tuple(vals)  # constants (class attributes, __init__) stay immutable
 
   def expr_Dict(self, node):
     out = {}
