@@ -291,15 +291,21 @@ def decode_step(
   sampling: SamplingParams,
   processor: LogitsProcessor | None = None,
   weights: DecodeWeights | None = None,
+  *,
+  skip_idle: bool = True,
 ) -> DecodeState:
   """One step of the decode loop (pure; jit it or call it inside a loop body).
 
   A no-op (no cache slot used) when no sequence is active. Inside an outer loop, pass
   ``weights=decode_weights(graphdef, params)`` computed outside it, so the per-layer
-  parameter slices are made once instead of every step.
+  parameter slices are made once instead of every step. ``skip_idle=False`` drops that
+  check (the caller guarantees an active sequence and a free slot, e.g. in its loop
+  condition): no ``lax.cond`` around the step, whose operands include the whole cache.
   """
   cfg = nnx.merge(graphdef, params).cfg
   weights = decode_weights(graphdef, params) if weights is None else weights
+  if not skip_idle:
+    return constrain_state(_step(cfg, weights, state, sampling, processor))
   return jax.lax.cond(
     jnp.any(state.active_B()),
     lambda s: constrain_state(_step(cfg, weights, s, sampling, processor)),

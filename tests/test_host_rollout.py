@@ -113,3 +113,30 @@ def test_terminal_reward_and_crash(setup):
   assert res.reward.tolist() == [1.0, 0.0, 1.0] and res.solved.tolist() == [True, False, True]
   assert res.crashed.tolist() == [False, True, False] and "boom" in res.errors[1]
   assert res.turns.tolist() == [1, 1, 1]
+
+
+class Recorder(GuessEnv):
+  """Records the action text each step receives."""
+
+  def step(self, action):
+    self.actions = [*getattr(self, "actions", []), action]
+    return super().step(action)
+
+
+def test_step_gets_only_the_turns_own_text(setup):
+  """Regression: the feedback fed after turn k must not leak into turn k+1's action text."""
+  tok, _, engine, framing = setup
+  envs = [Recorder(max_turns=3) for _ in range(2)]
+  res = host_rollout.play(
+    engine, tok, framing, host_rollout.LocalEnvBatch(envs), [1, 2], lambda i, o: o, RCFG
+  )
+  for env, toks, mask in zip(envs, res.tokens, res.loss_mask):
+    runs, cur = [], []
+    for t, m in zip(toks, mask):
+      if m:
+        cur.append(t)
+      elif cur:
+        runs, cur = [*runs, cur], []
+    runs += [cur] if cur else []
+    want = [tok.decode(r[:-1] if r[-1] in tok.eos_ids else r) for r in runs]
+    assert len(env.actions) == 3 and env.actions == want

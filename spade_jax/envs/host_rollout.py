@@ -203,6 +203,7 @@ def play(
         continue
       feed_ids.append(i)
       feed_tokens.append(fb)
+      seen[i] += len(fb)  # the forced feedback is not part of the next assistant turn
     if finish:
       state = engine.finish(state, finish)
     if feed_ids:
