@@ -199,7 +199,7 @@ def train(config, workdir) -> dict:
     ),
     validator,
     workdir / "envs",
-    tokenizer_path=config.model.tokenizer or config.model.path,
+    translate_seeds=config.spade.translate_seeds,
     max_context=config.designer.max_context,
   )
   player = AgentPlayer(engine, tok, rollout_config(config.agent), pool, s.plays, s.hint_plays)

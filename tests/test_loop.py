@@ -75,6 +75,7 @@ def tiny_config(model_dir, tok_dir):
   c.spade.hint_plays = 2
   c.spade.max_attempts = 1
   c.spade.corpus = "none"
+  c.spade.translate_seeds = 8
   c.designer.max_new_tokens = 16
   c.designer.hint_max_new_tokens = 8
   c.designer.max_context = 2048
@@ -121,6 +122,7 @@ def test_loop_end_to_end(reference_run):
     assert r["designer/valid_rate"] == 0.5
     assert r["designer/stage/ok"] == 2 and r["designer/stage/static"] == 2
     assert r["agent/pool_source"] == 0.0
+    assert r["designer/translated_rate"] == 0.5  # v02 translates, v10 (strings) does not
     assert r["agent/episodes"] == 4.0  # 2 valid games x 2 plays
     assert "agent/solve_rate_hint" in r and np.isfinite(r["train/loss"])
   # delayed designer training: samples of step 0 are trained at step 1 (and the final flush)
@@ -134,6 +136,7 @@ def test_loop_end_to_end(reference_run):
   assert g[2]["stage"] == "static" and "Env" in g[2]["reason"]
   assert g[3]["stage"] == "static" and "os" in g[3]["reason"]
   assert isinstance(g[0]["hint"], str) and "win_rate" in g[0] and "regret" in g[0]
+  assert g[0]["translated"] and not g[1]["translated"] and "line" in g[1]["translation_reason"]
   assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
   assert (workdir / "checkpoints").exists() and (workdir / "config.json").exists()
   assert list((workdir / "eval").glob("*.jsonl")) and list((workdir / "transcripts").glob("*"))

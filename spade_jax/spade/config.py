@@ -39,6 +39,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.spade.memory = True
   c.spade.corpus = "default"  # "default" (shipped), "none", or a JSONL path
   c.spade.corpus_words = 6000
+  c.spade.translate_seeds = 64  # seeds of the differential check before a translation is used
 
   c.designer = ml_collections.ConfigDict()
   c.designer.temperature = 0.6

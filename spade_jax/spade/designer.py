@@ -71,16 +71,15 @@ def derive_seed(*parts: int) -> int:
   )
 
 
-def _translate(source: str, report, tokenizer_path: str | None) -> dict:
-  try:
-    import spade_jax.envs.translate  # noqa: F401  (optional until the translator lands)
-  except ImportError:
-    return {"translated": False, "translation_reason": "translator not available"}
-  try:
-    from spade_jax.envs import translate
+def _translate(source: str, tokenizer, hint: str, seeds: int) -> dict:
+  """Translation + differential check; a translator failure never loses a valid environment
+  (it then runs on the host). The program is built for the policy's own tokenizer and carries
+  the hint in its hint template."""
+  from spade_jax.envs import translate
 
-    return translate.translate_and_check(source, report, tokenizer=tokenizer_path)
-  except Exception as e:  # a translator failure never loses a valid environment
+  try:
+    return translate.translate_and_check(source, None, tokenizer=tokenizer, seeds=seeds, hint=hint)
+  except Exception as e:
     return {"translated": False, "translation_reason": f"translator failed: {e}"}
 
 
@@ -94,14 +93,14 @@ class Designer:
     cfg: DesignerConfig,
     validator: validation.ValidatorConfig,
     envs_dir: Path,
-    tokenizer_path: str | None = None,
     max_context: int = 8192,
+    translate_seeds: int = 64,
   ):
     self.engine, self.tok, self.cfg, self.validator = engine, tok, cfg, validator
     self.envs_dir = Path(envs_dir)
     self.envs_dir.mkdir(parents=True, exist_ok=True)
-    self.tokenizer_path = tokenizer_path
     self.max_context = max_context
+    self.translate_seeds = translate_seeds
 
   def _sample(self, conversations, *, temperature, top_p, top_k, max_new_tokens, seed, params):
     prompts_ids = [self.tok.apply_chat_template(c) for c in conversations]
@@ -251,7 +250,7 @@ class Designer:
     for k, g in enumerate(games):
       resp = out.tokens[k]
       g.hint = prompts.parse_hint(self.tok.decode(resp[:-1] if out.finished[k] else resp))
-      tr = _translate(g.source, None, self.tokenizer_path)
+      tr = _translate(g.source, self.tok, g.hint, self.translate_seeds)
       g.translated = bool(tr.get("translated", False))
       g.translation_reason = str(tr.get("translation_reason", ""))
       g.program = tr.get("program")
