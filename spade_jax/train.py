@@ -8,6 +8,7 @@ evaluation and plots. Calling it again on the same workdir resumes from the last
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -109,6 +110,7 @@ def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
 
 def train(config, workdir) -> dict:
   """Runs (or resumes) the experiment in ``workdir``; returns the last logged metrics."""
+  from spade_jax.envs.chat import ChatFraming
   from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
   from spade_jax.envs.validate import ValidatorConfig
   from spade_jax.generate import Engine
@@ -117,7 +119,7 @@ def train(config, workdir) -> dict:
   from spade_jax.rl.train_state import abstract_state, create_train_state
   from spade_jax.rl.update import make_update
   from spade_jax.spade import corpus as corpus_lib
-  from spade_jax.spade import plots, rewards, skills
+  from spade_jax.spade import plots, prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
   from spade_jax.spade.designer import Designer, DesignerConfig
   from spade_jax.spade.heldout import HeldoutConfig, HeldoutSet
@@ -202,7 +204,20 @@ def train(config, workdir) -> dict:
     translate_seeds=config.spade.translate_seeds,
     max_context=config.designer.max_context,
   )
-  player = AgentPlayer(engine, tok, rollout_config(config.agent), pool, s.plays, s.hint_plays)
+  device = None
+  if config.agent.device_rollout:
+    from spade_jax.envs.rollout import DeviceRollout
+
+    device = DeviceRollout(
+      model,
+      tok,
+      ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM),
+      dataclasses.replace(rollout_config(config.agent), max_context=config.agent.device_context),
+      prompt_len=config.agent.device_prompt_len,
+    )
+  player = AgentPlayer(
+    engine, tok, rollout_config(config.agent), pool, s.plays, s.hint_plays, device=device
+  )
   reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
   loop = SpadeLoop(
     LoopConfig(

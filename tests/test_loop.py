@@ -82,6 +82,8 @@ def tiny_config(model_dir, tok_dir):
   c.agent.max_turns = 2
   c.agent.max_new_tokens = 8
   c.agent.max_context = 256
+  c.agent.device_context = 768  # the agent system prompt is 174 tokens in the test vocabulary
+  c.agent.device_prompt_len = 512
   c.train.global_batch = 8
   c.train.learning_rate = 1e-4
   c.sandbox.workers = 2
@@ -124,6 +126,7 @@ def test_loop_end_to_end(reference_run):
     assert r["agent/pool_source"] == 0.0
     assert r["designer/translated_rate"] == 0.5  # v02 translates, v10 (strings) does not
     assert r["agent/episodes"] == 4.0  # 2 valid games x 2 plays
+    assert r["agent/device_episodes"] == 4.0  # v02 (translated): 2 plays + 2 hinted, on device
     assert "agent/solve_rate_hint" in r and np.isfinite(r["train/loss"])
   # delayed designer training: samples of step 0 are trained at step 1 (and the final flush)
   assert "designer/trained_samples" not in rows[0]

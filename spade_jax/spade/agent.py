@@ -3,10 +3,14 @@
 Every valid game is played ``plays`` times without the hint at every step of its window, and
 ``hint_plays`` times with the hint at the pool's first step, on the *same* seeds as the first
 unhinted plays (matched problem instances, identical decoding), so regret compares like with
-like. Seeds are explicit per (run seed, step, game, play). Episodes run through the host loop
-(sandboxed Python); translated games are marked for the on-device rollout, which shares this
-interface. An environment failure scores 0 and drops the episode from the agent batch; it
-penalises the designer unless it was collateral (another env killed the shared worker).
+like. Seeds are explicit per (run seed, step, game, play). Games whose translation passed the
+differential check are played by the on-device rollout (`envs.rollout.DeviceRollout`: the
+whole multi-turn episode in one jitted loop, the program interpreted on device); the others,
+and translated games whose first message does not fit the device templates, run through the
+host loop with sandboxed Python. Both paths return the same `EpisodeResult`, merged back in
+episode order. An environment failure (a sandbox error, or an interpreter fault on device)
+scores 0 and drops the episode from the agent batch; it penalises the designer unless it was
+collateral (another env killed the shared worker).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import numpy as np
 from spade_jax import trajectories
 from spade_jax.envs import host_rollout
 from spade_jax.envs.chat import ChatFraming
+from spade_jax.envs.program import ProgramError
 from spade_jax.envs.sandbox import EnvError, SandboxPool
+from spade_jax.envs.text import TemplateError
 from spade_jax.generate import Engine
 from spade_jax.spade import prompts, rewards
 from spade_jax.spade.designer import GameEnv, derive_seed
@@ -64,29 +70,41 @@ class AgentPlayer:
     pool: SandboxPool,
     plays: int,
     hint_plays: int,
+    device=None,
   ):
+    """``device``: an `envs.rollout.DeviceRollout` for translated games (None: all on host)."""
     if hint_plays > plays:
       raise ValueError(
         f"hint_plays={hint_plays} > plays={plays}: hinted plays reuse the seeds "
         "of the first unhinted plays"
       )
     self.engine, self.tok, self.rollout, self.pool = engine, tok, rollout, pool
-    self.plays, self.hint_plays = plays, hint_plays
+    self.plays, self.hint_plays, self.device = plays, hint_plays, device
     self.framing = ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM)
     self.games: list[GameEnv | None] = []
     self._instances: dict[int, list] = {}
+    self.on_device: set[int] = set()
+    self.device_refusals: dict[int, str] = {}
 
   def load(self, games: list[GameEnv | None]) -> None:
     """Replaces the pool: loads ``plays + hint_plays`` sandboxed instances per valid game."""
     for envs in self._instances.values():
       self.pool.close_envs([e for e in envs if not isinstance(e, EnvError)])
     self.games = list(games)
-    self._instances = {}
+    self._instances, self.on_device, self.device_refusals = {}, set(), {}
     for g in games:
-      if g is not None:
-        self._instances[g.game] = self.pool.make_envs(
-          g.source, self.plays + self.hint_plays, class_name=g.class_name
-        )
+      if g is None:
+        continue
+      if self.device is not None and g.translated and g.program is not None:
+        try:
+          self.device.first_templates(g.program)  # validated and cached
+          self.on_device.add(g.game)
+          continue
+        except (TemplateError, ProgramError) as e:
+          self.device_refusals[g.game] = str(e)
+      self._instances[g.game] = self.pool.make_envs(
+        g.source, self.plays + self.hint_plays, class_name=g.class_name
+      )
 
   def play(self, *, step: int, seed: int, with_hints: bool, params=None) -> PoolPlays:
     t0 = time.perf_counter()
@@ -97,7 +115,6 @@ class AgentPlayer:
         continue
       episodes += [(g, p, False) for p in range(P)] + [(g, h, True) for h in range(H)]
     seeds = [derive_seed(seed, step, g, p) for g, p, _ in episodes]
-    instances = [self._instances[g][p + (P if hinted else 0)] for g, p, hinted in episodes]
     returns_GP = np.zeros((G, P), np.float32)
     valid_GP = np.zeros((G, P), bool)
     crashed_GP = np.zeros((G, P), bool)
@@ -105,23 +122,7 @@ class AgentPlayer:
     hint = (np.zeros((G, H), np.float32), np.zeros((G, H), bool), np.zeros((G, H), bool))
     agent_batch, transcripts, solved_hint = None, [], []
     if episodes:
-      batch = _InstanceBatch(self.pool, instances)
-      hints = [self.games[g].hint if hinted else None for g, _, hinted in episodes]
-
-      def first_message(i, obs):
-        return prompts.attach_hint(obs, hints[i]) if hints[i] else obs
-
-      res = host_rollout.play(
-        self.engine,
-        self.tok,
-        self.framing,
-        batch,
-        seeds,
-        first_message,
-        self.rollout,
-        seed=derive_seed(seed, step, 7),
-        params=params,
-      )
+      res = self._run(episodes, seeds, derive_seed(seed, step, 7), params)
       kept = []
       for i, (g, p, hinted) in enumerate(episodes):
         blame = res.crashed[i] and not res.collateral[i]
@@ -167,6 +168,7 @@ class AgentPlayer:
       "agent/turns_mean": float(turns_GP[valid_GP].sum() / n_valid),
       "agent/crash_rate": float(crashed_GP.sum() / max(len(episodes), 1)),
       "agent/episodes": float(valid_GP.sum()),
+      "agent/device_episodes": float(sum(g in self.on_device for g, _, _ in episodes)),
       "perf/rollout_s": time.perf_counter() - t0,
     }
     if with_hints:
@@ -184,6 +186,60 @@ class AgentPlayer:
       metrics,
       transcripts,
     )
+
+  def _run(self, episodes, seeds, sample_seed: int, params) -> host_rollout.EpisodeResult:
+    """Plays ``episodes`` ``(game, play, hinted)``: on device where the game's program is
+    loaded there, on the host otherwise; one result in episode order."""
+    P = self.plays
+    parts = []
+    host = [i for i, (g, _, _) in enumerate(episodes) if g not in self.on_device]
+    dev = [i for i, (g, _, _) in enumerate(episodes) if g in self.on_device]
+    if host:
+      instances = [
+        self._instances[g][p + (P if hinted else 0)] for g, p, hinted in (episodes[i] for i in host)
+      ]
+      hints = [self.games[episodes[i][0]].hint if episodes[i][2] else None for i in host]
+
+      def first_message(k, obs):
+        return prompts.attach_hint(obs, hints[k]) if hints[k] else obs
+
+      res = host_rollout.play(
+        self.engine,
+        self.tok,
+        self.framing,
+        _InstanceBatch(self.pool, instances),
+        [seeds[i] for i in host],
+        first_message,
+        self.rollout,
+        seed=sample_seed,
+        params=params,
+      )
+      parts.append((host, res))
+    if dev:
+      out = self.device(
+        [self.games[episodes[i][0]].program for i in dev],
+        [seeds[i] for i in dev],
+        [episodes[i][2] for i in dev],
+        seed=sample_seed,
+        params=params,
+      )
+      parts.append((dev, out.episodes(self.tok, self.framing)))
+    return _merge(len(episodes), parts)
+
+
+def _merge(n: int, parts) -> host_rollout.EpisodeResult:
+  """One `EpisodeResult` of ``n`` episodes from ``(indices, result)`` parts."""
+  fields = {}
+  for f in dataclasses.fields(host_rollout.EpisodeResult):
+    first = getattr(parts[0][1], f.name)
+    fields[f.name] = (
+      [None] * n if isinstance(first, list) else np.zeros((n,), np.asarray(first).dtype)
+    )
+    for idx, res in parts:
+      values = getattr(res, f.name)
+      for k, i in enumerate(idx):
+        fields[f.name][i] = values[k]
+  return host_rollout.EpisodeResult(**fields)
 
 
 class _InstanceBatch(host_rollout.SandboxEnvBatch):

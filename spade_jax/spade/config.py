@@ -57,6 +57,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.agent.max_turns = 25
   c.agent.max_new_tokens = 8192
   c.agent.max_context = 32768
+  # Translated games play on device (envs.rollout.DeviceRollout); its cache and first-prompt
+  # slots are static sizes, smaller than the host loop's max_context (an episode that runs out
+  # of slots ends truncated, reason "context").
+  c.agent.device_rollout = True
+  c.agent.device_context = 4096
+  c.agent.device_prompt_len = 1024
 
   c.sandbox = ml_collections.ConfigDict()
   c.sandbox.workers = 4
@@ -138,6 +144,15 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     need(r.max_new_tokens > 0, f"{role}.max_new_tokens must be positive")
     need(r.max_context > r.max_new_tokens, f"{role}.max_context must exceed {role}.max_new_tokens")
   need(c.agent.max_turns > 0, "agent.max_turns must be positive")
+  if c.agent.device_rollout:
+    need(
+      c.agent.device_context > c.agent.device_prompt_len >= 64,
+      "agent.device_context must exceed agent.device_prompt_len (>= 64)",
+    )
+    need(
+      c.agent.device_prompt_len <= 512 or c.agent.device_prompt_len % 512 == 0,
+      "agent.device_prompt_len above 512 must be a multiple of 512",
+    )
   need(c.train.global_batch > 0, "train.global_batch must be positive")
   need(
     c.train.global_batch % c.train.micro_batches == 0,

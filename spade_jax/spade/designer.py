@@ -59,9 +59,24 @@ class GameEnv:
   file: str = ""
 
   def to_state(self) -> dict:
-    d = dataclasses.asdict(self)
-    d.pop("program")
+    """JSON-able state; the program's arrays are kept so a resumed run plays the same games
+    on the same path (re-translating would cost a differential check per game)."""
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "program"}
+    if self.program is not None:
+      d["program"] = {
+        f.name: np.asarray(getattr(self.program, f.name)).tolist()
+        for f in dataclasses.fields(self.program)
+      }
     return d
+
+  @classmethod
+  def from_state(cls, d: dict) -> GameEnv:
+    d = dict(d)
+    if d.get("program") is not None:
+      from spade_jax.envs.program import program_from_arrays
+
+      d["program"] = program_from_arrays(d["program"])
+    return cls(**d)
 
 
 def derive_seed(*parts: int) -> int:

@@ -198,7 +198,7 @@ class SpadeLoop:
     }
 
   def load_host_state(self, state: dict) -> None:
-    self.games = [None if g is None else GameEnv(**g) for g in state["games"]]
+    self.games = [None if g is None else GameEnv.from_state(g) for g in state["games"]]
     self.buffer = DelayedDesignerBuffer.from_state(state["buffer"])
     self.tracker = rewards.LPTracker.from_state(state["tracker"])
     if self.memory is not None and state.get("memory") is not None:
