@@ -24,9 +24,17 @@ from flax import nnx  # noqa: E402
 
 from spade_jax.models import Transformer, TransformerConfig, load_pretrained  # noqa: E402
 
-TINY = TransformerConfig(vocab_size=4096, embed_dim=256, num_layers=4, num_heads=4,
-                         num_kv_heads=2, head_dim=64, mlp_dim=768, qk_norm=True,
-                         model_type="qwen3")
+TINY = TransformerConfig(
+  vocab_size=4096,
+  embed_dim=256,
+  num_layers=4,
+  num_heads=4,
+  num_kv_heads=2,
+  head_dim=64,
+  mlp_dim=768,
+  qk_norm=True,
+  model_type="qwen3",
+)
 
 
 def bench(model, cfg, batch, length):
@@ -35,8 +43,12 @@ def bench(model, cfg, batch, length):
   tokens = jnp.asarray(np.random.RandomState(0).randint(0, cfg.vocab_size, (batch, length)))
   t = median_time(lambda: fwd(state, tokens))
   flops = cfg.flops_per_token(length) * batch * length
-  return {"seconds": t, "tokens_per_s": batch * length / t, "model_flops": flops,
-          "achieved_flops_per_s": flops / t}
+  return {
+    "seconds": t,
+    "tokens_per_s": batch * length / t,
+    "model_flops": flops,
+    "achieved_flops_per_s": flops / t,
+  }
 
 
 def main():

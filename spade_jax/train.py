@@ -18,7 +18,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import checkpoint, metrics, sharding
-from spade_jax.spade.config import base_config, check_config  # noqa: F401 (re-exported)
+from spade_jax.spade import config as spade_config
+from spade_jax.spade.config import base_config  # noqa: F401 (re-exported)
+
+
+def is_tiny(config) -> bool:
+  """The tiny on-device front end (`spade_jax.tiny`) instead of the Python-environment loop."""
+  return config.get("front_end", "python") == "tiny"
+
+
+def check_config(config) -> None:
+  """Raises ValueError on a config the selected front end cannot run."""
+  if is_tiny(config):
+    from spade_jax.tiny.config import check_tiny_config
+
+    check_tiny_config(config)
+  else:
+    spade_config.check_config(config)
 
 
 class UserError(Exception):
@@ -110,6 +126,10 @@ def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
 
 def train(config, workdir) -> dict:
   """Runs (or resumes) the experiment in ``workdir``; returns the last logged metrics."""
+  if is_tiny(config):
+    from spade_jax.tiny.train import train_tiny
+
+    return train_tiny(config, workdir)
   from spade_jax.envs.chat import ChatFraming
   from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
   from spade_jax.envs.validate import ValidatorConfig

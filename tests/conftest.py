@@ -1,6 +1,7 @@
 """Test configuration: fake 8 CPU devices before jax is imported anywhere."""
 
 import os
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -9,6 +10,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# One persistent compilation cache for the session and the runs it starts in subprocesses
+# (the kill-and-resume tests recompile the programs the in-process runs already built); the
+# subprocesses inherit these variables, so their programs (and numerics) match.
+os.environ.setdefault(
+  "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "spade_jax_test_jit_cache")
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 import jax  # noqa: E402
 

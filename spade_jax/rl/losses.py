@@ -251,6 +251,8 @@ def policy_loss(
     "tis_weight_sum": jnp.sum(m_BT * w_BT),
     # k3 estimate of KL(rollout || trainer) on the sampled tokens: sampler/trainer mismatch.
     "rollout_kl_sum": jnp.sum(m_BT * (jnp.exp(log_w_BT) - 1.0 - log_w_BT)),
+    # the trainer's negative log-likelihood of the trained tokens (a supervised-phase loss)
+    "nll_sum": jnp.sum(m_BT * -jax.lax.stop_gradient(logp_BT)),
   }
   if cfg.kl_coef:
     if ref_logp_BT is None:
@@ -282,6 +284,7 @@ def finalize_stats(stats: dict) -> dict:
     "train/tis_weight_mean": stats["tis_weight_sum"] / tokens,
     "train/approx_kl": stats["rollout_kl_sum"] / tokens,
     "train/loss_tokens": stats["tokens"],
+    "train/nll": stats["nll_sum"] / tokens,
   }
   if "entropy_sum" in stats:
     out["train/entropy"] = stats["entropy_sum"] / tokens

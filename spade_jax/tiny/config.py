@@ -1,0 +1,112 @@
+"""Configuration of the tiny on-device SPADE front end (``experiments/configs/tiny.py``).
+
+A Qwen3-architecture model trained from scratch on the tiny tokenizer writes environments in
+the designer language (`spade_jax.tiny.language`) and plays them on device. The reward
+variants, memory, delay and metrics are the SPADE loop's (``spade.*``); see
+`spade_jax.tiny.iteration` for the differences.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from spade_jax.spade import rewards
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.front_end = "tiny"
+  c.seed = 0
+  c.steps = 80
+  c.checkpoint_every = 10
+  c.keep_checkpoints = 2
+  c.progress = True
+  c.plot_every = 20
+  c.records_per_step = 64  # environment records written to workdir/envs per regeneration
+
+  c.model = ml_collections.ConfigDict()  # Qwen3 architecture (q/k norm, GQA, SwiGLU), from scratch
+  c.model.embed_dim = 128
+  c.model.num_layers = 3
+  c.model.num_heads = 4
+  c.model.num_kv_heads = 2
+  c.model.head_dim = 32
+  c.model.mlp_dim = 384
+  c.model.rope_theta = 10000.0
+  c.model.tie_embeddings = True
+
+  c.spade = ml_collections.ConfigDict()
+  c.spade.reward = "blend"  # one of spade.rewards.VARIANTS (blend: the released recipe)
+  c.spade.num_games = 8
+  c.spade.plays = 8
+  c.spade.hint_plays = 4
+  c.spade.regen_interval = 2
+  c.spade.memory = True
+  c.spade.reward_scale_cap = 1.0  # SPADE: 50 (designer vs agent token counts of big models)
+  c.spade.active_skills = 3  # skills active per regeneration epoch (rotating window)
+
+  c.designer = ml_collections.ConfigDict()
+  c.designer.program_tokens = 160  # designer-language tokens per program (grammar-enforced)
+  c.designer.prompt_len = 208  # designer prompt slots (skill + one memory seed program)
+
+  c.agent = ml_collections.ConfigDict()
+  c.agent.temperature = 1.0
+  c.agent.top_p = 1.0
+  c.agent.top_k = 0
+  c.agent.max_turns = 3
+  c.agent.max_new_tokens = 12
+  c.agent.max_context = 192  # cache slots of a whole episode
+  c.agent.prompt_len = 96  # first-prompt slots
+  c.agent.feed_chunk = 16
+
+  c.train = ml_collections.ConfigDict()
+  c.train.learning_rate = 5e-5
+  c.train.warmup_steps = 0
+  c.train.b1 = 0.9
+  c.train.b2 = 0.98
+  c.train.weight_decay = 0.0
+  c.train.grad_clip_norm = 1.0
+  c.train.eps_low = 0.2
+  c.train.eps_high = 0.28
+  c.train.tis_cap = 2.0
+  c.train.aggregation = "seq_mean_token_mean"
+  c.train.entropy_coef = 0.0
+
+  c.warm_start = ml_collections.ConfigDict()  # supervised phase standing in for pretraining
+  c.warm_start.steps = 300  # 0: start from random weights
+  c.warm_start.batch = 32
+  c.warm_start.learning_rate = 3e-3
+  c.warm_start.max_level = 0  # library levels used (0: the easiest setting of each family)
+  c.warm_start.episodes_per_program = 32  # oracle episodes per (program, hinted or not)
+
+  c.eval = ml_collections.ConfigDict()  # held-out library families (never training envs)
+  c.eval.every = 10
+  c.eval.episodes_per_family = 16
+  c.eval.seed = 1234
+  return c
+
+
+def check_tiny_config(c) -> None:
+  """Raises ValueError with one line per problem (the config errors a user can make)."""
+  problems = []
+
+  def need(ok, msg):
+    if not ok:
+      problems.append(msg)
+
+  need(c.spade.reward in rewards.VARIANTS, f"spade.reward must be one of {rewards.VARIANTS}")
+  need(c.steps > 0, "steps must be positive")
+  for k in ("num_games", "plays", "regen_interval"):
+    need(c.spade[k] > 0, f"spade.{k} must be positive")
+  need(0 < c.spade.hint_plays <= c.spade.plays, "spade.hint_plays must be in [1, spade.plays]")
+  need(c.agent.temperature > 0, "agent.temperature must be > 0 for policy-gradient training")
+  need(c.agent.max_context > c.agent.prompt_len, "agent.max_context must exceed agent.prompt_len")
+  need(
+    c.agent.feed_chunk == 0 or c.agent.prompt_len % c.agent.feed_chunk == 0,
+    "agent.prompt_len must be a multiple of agent.feed_chunk",
+  )
+  need(c.designer.prompt_len % 16 == 0, "designer.prompt_len must be a multiple of 16")
+  need(c.designer.program_tokens >= 32, "designer.program_tokens must be >= 32")
+  need(c.checkpoint_every > 0, "checkpoint_every must be positive")
+  need(c.warm_start.steps >= 0, "warm_start.steps must be >= 0")
+  if problems:
+    raise ValueError("; ".join(problems))

@@ -1,0 +1,444 @@
+"""One fully on-device tiny SPADE iteration: design -> assemble -> play -> rewards -> update.
+
+``iterate(graphdef, state, carry, inputs, spec=..., regen=...)`` is one jitted call:
+
+* **regeneration step** (``regen=True``, ``step % regen_interval == 0``):
+  1. the previous pool's designer samples get their rewards from its whole replay window
+     (`window.window_stats` + `rewards.designer_rewards`, the SPADE loop's own functions):
+     delayed designer training by one regeneration interval;
+  2. the policy writes ``G`` new programs in the designer language (prefill + decode loop
+     under the `GrammarMask` logits processor, so every sample is well-formed and ends in
+     budget), `assemble_tokens` turns them into ``EnvProgram`` arrays and runs
+     ``check_program``; rejected programs are replaced by a dummy, are never credited and get
+     no gradient (exactly like invalid Python in the real path). With the ``fixed`` reward the
+     pool is the ``inputs.fixed_programs`` instead (no designer sampling at all);
+  3. the agent plays each game ``P`` times without and ``H`` times with the hint on matched
+     seeds (``envs.rollout.rollout``: the whole multi-turn episode in one ``while_loop``);
+* **replay step** (``regen=False``): only unhinted plays of the current pool, recorded at
+  offset ``step % regen_interval`` of its window.
+
+Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mixed
+`Trajectories` batch (``G`` designer rows, then ``G * P`` agent rows) and one GRPO step
+(`rl.update.train_step`). The iteration returns the new train state and carry plus a small
+``outputs`` pytree (metrics and the environment records); the caller fetches it with one
+``jax.device_get`` (the only host sync of the iteration). Two compilations serve a whole run
+(`TRACES` counts traces: one per ``regen`` value).
+
+Differences from the Python-environment loop (documented, by design): one designer attempt
+per game (the grammar mask makes every sample well-formed, so a fresh-prompt retry would only
+retry ``check_program`` failures); the hint is the program's own hint template, so there is no
+separate hint-writer call; the designer delay is exactly one regeneration interval.
+
+Symbols: G games, P plays, H hinted plays, W regen interval, T sequence length.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from spade_jax import trajectories
+from spade_jax.decode import prefill, run_loop
+from spade_jax.envs import rollout as rollout_lib
+from spade_jax.envs.parse import ParseTables
+from spade_jax.envs.program import MODE_IMM, OPCODE, EnvProgram
+from spade_jax.envs.rollout_types import RolloutSpec
+from spade_jax.rl import losses
+from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
+from spade_jax.rl.train_state import TrainState
+from spade_jax.rl.update import train_step
+from spade_jax.sampling import SamplingParams
+from spade_jax.spade import rewards
+from spade_jax.spade.window import (
+  WindowPlays,
+  empty_window,
+  record_hint_plays,
+  record_plays,
+  window_stats,
+)
+from spade_jax.tiny.grammar import GrammarMask
+from spade_jax.tiny.language import Language, assemble_tokens, first_templates_device
+
+TRACES: collections.Counter = collections.Counter()
+_F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class TinySpec:
+  """Static description of the iteration (a jit static argument; hashable)."""
+
+  lang: Language
+  rollout: RolloutSpec
+  num_games: int
+  plays: int
+  hint_plays: int
+  regen_interval: int
+  prompt_len: int  # designer prompt slots (left-padded)
+  reward: rewards.DesignerRewardConfig
+  loss: losses.LossConfig
+  opt: OptimizerConfig
+  temperature: float  # designer and agent (the trainer recomputes log-probs at one temperature)
+  top_p: float = 1.0
+  top_k: int = 0
+  agent_turns: int = 4
+  agent_new_tokens: int = 12
+  reward_scale: float = 1.0
+
+  @property
+  def design_len(self) -> int:
+    """Designer sample slots: prompt + program + the stop token."""
+    return self.prompt_len + self.lang.max_tokens + 1
+
+  @property
+  def seq_len(self) -> int:
+    return max(self.design_len, self.rollout.max_context)
+
+  @property
+  def trains_designer(self) -> bool:
+    return rewards.trains_designer(self.reward)
+
+
+@struct.dataclass
+class PoolCarry:
+  """Device state of the current pool carried between iterations (checkpointed)."""
+
+  programs: EnvProgram  # [G]
+  valid_G: jax.Array  # bool: the program assembled and passed check_program
+  skill_G: jax.Array  # int32 skill index
+  design_tokens_GT: jax.Array  # int32 prompt + program, left-aligned
+  design_mask_GT: jax.Array  # float32 1 on sampled program tokens
+  design_logprobs_GT: jax.Array  # float32
+  has_samples: jax.Array  # [] bool: the pool's designer samples still await training
+  window: WindowPlays
+  tracker: rewards.LPTracker
+
+
+@struct.dataclass
+class StepInputs:
+  """Per-call data prepared on the host (explicitly transferred before the call)."""
+
+  step: jax.Array  # [] int32
+  seed: jax.Array  # [] int32 run seed
+  prompts_GP: jax.Array  # int32 designer prompts, left-padded with 0
+  prompt_valid_GP: jax.Array  # bool
+  skill_G: jax.Array  # int32
+  fixed_programs: EnvProgram  # [G] pool of the `fixed` variant (ignored otherwise)
+  parse: ParseTables
+
+
+def init_carry(spec: TinySpec, dummy: EnvProgram, num_skills: int) -> PoolCarry:
+  """An empty pool: every game invalid, nothing to train, an empty window."""
+  G, T = spec.num_games, spec.design_len
+  stack = lambda x: jnp.broadcast_to(jnp.asarray(x), (G,) + jnp.shape(x))
+  return PoolCarry(
+    programs=jax.tree.map(stack, dummy),
+    valid_G=jnp.zeros((G,), bool),
+    skill_G=jnp.zeros((G,), jnp.int32),
+    design_tokens_GT=jnp.zeros((G, T), jnp.int32),
+    design_mask_GT=jnp.zeros((G, T), _F32),
+    design_logprobs_GT=jnp.zeros((G, T), _F32),
+    has_samples=jnp.zeros((), bool),
+    window=jax.tree.map(
+      jnp.array, empty_window(spec.regen_interval, G, spec.plays, spec.hint_plays)
+    ),
+    # copies: the carry is donated, so no two leaves may share a buffer
+    tracker=jax.tree.map(lambda x: jnp.array(x, copy=True), rewards.LPTracker.create(num_skills)),
+  )
+
+
+def difficulty_bits(programs: EnvProgram) -> jax.Array:
+  """Per program, the bits of randomness of its task: ``sum log2(hi - lo + 1)`` over the reset
+  code's ``rand`` draws with immediate bounds (a structural difficulty proxy: how many distinct
+  tasks the environment can pose), ``[G]``."""
+  code = programs.reset_code  # [G, n_reset, 8] (op, dst, amode, a, bmode, b, cmode, c)
+  is_rand = (
+    (code[..., 0] == OPCODE["rand"]) & (code[..., 2] == MODE_IMM) & (code[..., 4] == MODE_IMM)
+  )
+  width = (code[..., 5] - code[..., 3] + 1).astype(_F32)
+  return jnp.sum(jnp.where(is_rand & (width >= 1), jnp.log2(jnp.maximum(width, 1.0)), 0.0), -1)
+
+
+def _pack(valid_BS, *xs_BS):
+  """Moves each row's valid slots to the front (left-aligned sequences)."""
+  B, S = valid_BS.shape
+  dest_BS = jnp.where(valid_BS, jnp.cumsum(valid_BS, axis=1) - 1, S)
+  rows = jnp.arange(B)[:, None]
+  return tuple(jnp.zeros_like(x).at[rows, dest_BS].set(x, mode="drop") for x in xs_BS)
+
+
+def design(graphdef, params, inputs: StepInputs, key, spec: TinySpec):
+  """Samples one program per game under the grammar mask -> (packed prompt+program tokens,
+  mask, log-probs, program tokens ``[G, max_tokens + 1]``)."""
+  G, P = inputs.prompts_GP.shape
+  processor = GrammarMask(spec.lang)
+  valid_GP = inputs.prompt_valid_GP
+  pos_GP = jnp.maximum(jnp.cumsum(valid_GP, axis=1) - 1, 0)
+  stop_GK = jnp.broadcast_to(
+    jnp.asarray(spec.rollout.stop_ids, jnp.int32), (G, len(spec.rollout.stop_ids))
+  )
+  state = prefill(
+    graphdef,
+    params,
+    inputs.prompts_GP,
+    valid_GP,
+    pos_GP,
+    jnp.full((G,), P - 1, jnp.int32),
+    jnp.full((G,), spec.lang.max_tokens + 1, jnp.int32),
+    stop_GK,
+    key,
+    cache_size=spec.design_len,
+    chunk=P,
+    queue_size=1,
+    processor=processor,
+  )
+  sampling = SamplingParams(
+    temperature_B=jnp.full((G,), spec.temperature, _F32),
+    top_p_B=jnp.full((G,), spec.top_p, _F32),
+    top_k_B=jnp.full((G,), spec.top_k, jnp.int32),
+    min_p_B=jnp.zeros((G,), _F32),
+    greedy_B=jnp.zeros((G,), bool),
+  )
+  state = run_loop(graphdef, params, state, sampling, processor)
+  program_GT = jnp.where(state.loss_mask_BS[:, P:], state.tokens_BS[:, P:], 0)
+  tokens, mask, logprobs = _pack(
+    state.cache.valid_BS, state.tokens_BS, state.loss_mask_BS.astype(_F32), state.logprobs_BS
+  )
+  return tokens, mask, jnp.where(mask > 0, logprobs, 0.0), program_GT
+
+
+def _episode_keys(seed, step, games_B, plays_B):
+  """Raw PRNG key per episode from (run seed, step, game, play): hinted plays reuse the keys
+  of the unhinted plays with the same index (matched problem instances)."""
+  base = jax.random.fold_in(jax.random.PRNGKey(seed), step)
+
+  def one(g, p):
+    return jax.random.fold_in(jax.random.fold_in(base, g), p)
+
+  return jax.vmap(one)(games_B, plays_B)
+
+
+def play(graphdef, params, carry_programs, inputs: StepInputs, key, spec: TinySpec, hints: bool):
+  """Unhinted (then, with ``hints``, hinted) plays of every game -> `RolloutOutput`."""
+  G, P, H = spec.num_games, spec.plays, spec.hint_plays if hints else 0
+  games = [g for g in range(G) for _ in range(P)] + [g for g in range(G) for _ in range(H)]
+  plays_ = [p for _ in range(G) for p in range(P)] + [h for _ in range(G) for h in range(H)]
+  games_B, plays_B = jnp.asarray(games, jnp.int32), jnp.asarray(plays_, jnp.int32)
+  hint_B = jnp.arange(len(games)) >= G * P
+  B = len(games)
+  programs_B = jax.tree.map(lambda x: x[games_B], carry_programs)
+  first_G = first_templates_device(spec.lang, carry_programs, spec.rollout)
+  rs = spec.rollout
+  batch = rollout_lib.RolloutBatch(
+    programs=programs_B,
+    first=jax.tree.map(lambda x: x[games_B], first_G),
+    env_keys_B2=_episode_keys(inputs.seed, inputs.step, games_B, plays_B),
+    hint_B=hint_B,
+    max_turns_B=jnp.full((B,), spec.agent_turns, jnp.int32),
+    max_new_B=jnp.full((B,), spec.agent_new_tokens, jnp.int32),
+    sampling=SamplingParams(
+      temperature_B=jnp.full((B,), spec.temperature, _F32),
+      top_p_B=jnp.full((B,), spec.top_p, _F32),
+      top_k_B=jnp.full((B,), spec.top_k, jnp.int32),
+      min_p_B=jnp.zeros((B,), _F32),
+      greedy_B=jnp.zeros((B,), bool),
+    ),
+    sync_turns=jnp.zeros((), bool),
+    chunked=jnp.asarray(rs.feed_chunk > 0),
+    script_BKW=jnp.zeros((B, rs.script_turns, rs.script_width), jnp.int32),
+    script_len_BK=jnp.zeros((B, rs.script_turns), jnp.int32),
+    oracle_B=jnp.zeros((B,), bool),
+    parse=inputs.parse,
+  )
+  return rollout_lib.rollout(graphdef, params, batch, key, rs)
+
+
+def _fit(x_BT, T):
+  pad = T - x_BT.shape[1]
+  return jnp.pad(x_BT, ((0, 0), (0, pad))) if pad > 0 else x_BT[:, :T]
+
+
+def _trajectories(tokens, mask, logprobs, adv_B, rewards_B, group_B, valid_B, turns_B, role, T):
+  B = tokens.shape[0]
+  mask = _fit(mask, T) * valid_B[:, None]
+  return trajectories.Trajectories(
+    tokens_BT=_fit(tokens, T).astype(jnp.int32),
+    loss_mask_BT=mask.astype(_F32),
+    rollout_logprobs_BT=jnp.where(mask > 0, _fit(logprobs, T), 0.0).astype(_F32),
+    advantages_B=jnp.where(valid_B, adv_B, 0.0).astype(_F32),
+    role_B=jnp.full((B,), role, jnp.int32),
+    rewards_B=rewards_B.astype(_F32),
+    group_id_B=group_B.astype(jnp.int32),
+    valid_B=valid_B,
+    turns_B=turns_B.astype(jnp.int32),
+  )
+
+
+def _concat(a, b):
+  return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
+
+
+def _iterate(
+  graphdef, state: TrainState, carry: PoolCarry, inputs: StepInputs, spec: TinySpec, regen: bool
+):
+  TRACES[f"iterate/regen={regen}"] += 1
+  G, P, H, W = spec.num_games, spec.plays, spec.hint_plays, spec.regen_interval
+  key = jax.random.fold_in(jax.random.PRNGKey(inputs.seed), inputs.step)
+  k_design, k_play = jax.random.split(key)
+  out = {}
+  T = spec.seq_len
+
+  # 1. delayed designer rewards of the previous pool (its window is complete)
+  if regen and spec.trains_designer:
+    r = rewards.designer_rewards(
+      window_stats(carry.window, spec.reward.win_threshold),
+      carry.skill_G,
+      carry.valid_G,
+      carry.tracker,
+      spec.reward_scale,
+      spec.reward,
+    )
+    trained_G = carry.valid_G & carry.has_samples
+    designer_rows = _trajectories(
+      carry.design_tokens_GT,
+      carry.design_mask_GT,
+      carry.design_logprobs_GT,
+      r.reward_G,
+      r.raw_G,
+      jnp.arange(G),
+      trained_G,
+      jnp.ones((G,), jnp.int32),
+      trajectories.ROLE_DESIGNER,
+      T,
+    )
+    tracker = jax.tree.map(
+      lambda n, o: jnp.where(carry.has_samples, n, o), r.tracker, carry.tracker
+    )
+    n_trained = jnp.maximum(jnp.sum(trained_G), 1)
+    out["prev"] = dict(
+      trained_G=trained_G, regret_G=r.regret_G, win_rate_G=r.win_rate_G, reward_G=r.reward_G
+    )
+    out["designer/regret_mean"] = jnp.sum(jnp.where(trained_G, r.regret_G, 0.0)) / n_trained
+    out["designer/reward_mean"] = jnp.sum(jnp.where(trained_G, r.reward_G, 0.0)) / n_trained
+    out["designer/pool_win_rate"] = jnp.sum(jnp.where(trained_G, r.win_rate_G, 0.0)) / n_trained
+    out["designer/trained_samples"] = jnp.sum(trained_G).astype(_F32)
+  else:
+    zeros_GT = jnp.zeros((G, spec.design_len))
+    designer_rows = _trajectories(
+      zeros_GT.astype(jnp.int32),
+      zeros_GT,
+      zeros_GT,
+      jnp.zeros((G,)),
+      jnp.zeros((G,)),
+      jnp.arange(G),
+      jnp.zeros((G,), bool),
+      jnp.ones((G,), jnp.int32),
+      trajectories.ROLE_DESIGNER,
+      T,
+    )
+    tracker = carry.tracker
+
+  # 2. a new pool
+  if regen:
+    if spec.trains_designer:
+      tokens, mask, logprobs, program_GT = design(graphdef, state.params, inputs, k_design, spec)
+      programs, ok_G, reason_G = assemble_tokens(spec.lang, program_GT)
+      out["records"] = dict(program_GT=program_GT, ok_G=ok_G, reason_G=reason_G)
+      out["designer/valid_rate"] = jnp.mean(ok_G.astype(_F32))
+      out["designer/program_tokens"] = jnp.mean(jnp.sum(program_GT != 0, axis=1).astype(_F32))
+    else:
+      programs, ok_G = inputs.fixed_programs, jnp.ones((G,), bool)
+      tokens = jnp.zeros((G, spec.design_len), jnp.int32)
+      mask = logprobs = jnp.zeros((G, spec.design_len), _F32)
+    bits_G = difficulty_bits(programs)
+    out["designer/difficulty_bits"] = jnp.sum(jnp.where(ok_G, bits_G, 0.0)) / jnp.maximum(
+      jnp.sum(ok_G), 1
+    )
+    carry = carry.replace(
+      programs=programs,
+      valid_G=ok_G,
+      skill_G=inputs.skill_G,
+      design_tokens_GT=tokens,
+      design_mask_GT=mask,
+      design_logprobs_GT=logprobs,
+      has_samples=jnp.asarray(spec.trains_designer),
+      window=jax.tree.map(jnp.zeros_like, carry.window),
+    )
+  carry = carry.replace(tracker=tracker)
+
+  # 3. plays
+  res = play(graphdef, state.params, carry.programs, inputs, k_play, spec, hints=regen)
+  ret_B = rewards.episode_returns(res.reward_B, res.terminated_B)
+  crashed_B = res.crashed_B
+  ret_GP = ret_B[: G * P].reshape(G, P)
+  crashed_GP = crashed_B[: G * P].reshape(G, P)
+  valid_GP = carry.valid_G[:, None] & ~crashed_GP
+  crashed_G = carry.valid_G & jnp.any(crashed_GP, 1)
+  offset = inputs.step % W
+  window = record_plays(carry.window, offset, ret_GP, valid_GP, crashed_G)
+  n_valid = jnp.maximum(jnp.sum(valid_GP), 1)
+  solved_GP = (ret_GP >= 1.0) & valid_GP
+  out["agent/solve_rate"] = jnp.sum(solved_GP) / n_valid
+  out["agent/return_mean"] = jnp.sum(jnp.where(valid_GP, ret_GP, 0.0)) / n_valid
+  out["agent/turns_mean"] = (
+    jnp.sum(jnp.where(valid_GP, res.turns_B[: G * P].reshape(G, P), 0)) / n_valid
+  )
+  out["agent/crash_rate"] = jnp.mean(crashed_GP.astype(_F32))
+  out["agent/episodes"] = jnp.sum(valid_GP).astype(_F32)
+  out["perf/env_steps"] = jnp.sum(res.turns_B).astype(_F32)
+  out["perf/decode_steps"] = res.steps.astype(_F32)
+  if regen:
+    ret_GH = ret_B[G * P :].reshape(G, H)
+    crashed_GH = crashed_B[G * P :].reshape(G, H)
+    valid_GH = carry.valid_G[:, None] & ~crashed_GH
+    window = record_hint_plays(window, ret_GH, valid_GH, carry.valid_G & jnp.any(crashed_GH, 1))
+    n_hint = jnp.maximum(jnp.sum(valid_GH), 1)
+    out["agent/solve_rate_hint"] = jnp.sum((ret_GH >= 1.0) & valid_GH) / n_hint
+    out["designer/difficulty"] = 1.0 - out["agent/solve_rate"]
+    out["records"] = dict(
+      out.get("records", {}),
+      win_G=jnp.sum(solved_GP, 1) / jnp.maximum(jnp.sum(valid_GP, 1), 1),
+      hint_win_G=jnp.sum((ret_GH >= 1.0) & valid_GH, 1) / jnp.maximum(jnp.sum(valid_GH, 1), 1),
+      bits_G=difficulty_bits(carry.programs),
+      valid_G=carry.valid_G,
+    )
+  carry = carry.replace(window=window)
+
+  # 4. agent advantages and the update
+  adv_GP, keep_GP = rewards.agent_advantages(ret_GP, valid_GP, crashed_GP)
+  agent_rows = _trajectories(
+    res.tokens_BT[: G * P],
+    res.loss_mask_BT[: G * P].astype(_F32),
+    res.logprobs_BT[: G * P],
+    adv_GP.reshape(-1),
+    ret_GP.reshape(-1),
+    jnp.repeat(jnp.arange(G), P),
+    keep_GP.reshape(-1),
+    res.turns_B[: G * P],
+    trajectories.ROLE_AGENT,
+    T,
+  )
+  batch = _concat(designer_rows, agent_rows)
+  state, train_metrics = train_step(
+    graphdef,
+    make_optimizer(spec.opt),
+    learning_rate_schedule(spec.opt),
+    spec.loss,
+    state,
+    batch,
+  )
+  out.update(train_metrics)
+  out["train/batch_loss_tokens"] = jnp.sum(batch.loss_mask_BT)
+  return state, carry, out
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec", "regen"), donate_argnums=(1, 2))
+def iterate(
+  graphdef, state: TrainState, carry: PoolCarry, inputs: StepInputs, *, spec: TinySpec, regen: bool
+):
+  """One tiny SPADE iteration on device (module docstring). Returns ``(state, carry, outputs)``."""
+  return _iterate(graphdef, state, carry, inputs, spec, regen)

@@ -1,0 +1,162 @@
+"""Warm start of the tiny policy: a short supervised phase standing in for pretraining.
+
+Two kinds of examples, both from the *training* library families only (the held-out families
+are never seen):
+
+* **designer**: the designer prompt of the family's skill -> the family's program in the
+  designer language (every level), then the stop token;
+* **agent**: oracle episodes played by the on-device rollout (``DeviceRollout`` with a
+  `ScriptedPolicy` that answers every turn with the program's own rendered solution), hinted
+  and unhinted, several seeds per program: the correct ``\\boxed{...}`` answer to each task.
+
+The update is the GRPO step itself with advantage 1 on every example and no importance
+correction: with one optimizer step per batch the ratio is exactly 1, so the policy-gradient
+loss has the gradient of the token-level cross-entropy. The warm start uses its own Adam state
+and learning rate; the RL phase then starts with fresh optimizer moments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade_jax import trajectories
+from spade_jax.envs.host_rollout import RolloutConfig
+from spade_jax.envs.library import FAMILIES
+from spade_jax.envs.rollout import DeviceRollout
+from spade_jax.rl import losses
+from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
+from spade_jax.rl.update import train_step
+
+
+def designer_examples(setup) -> list[tuple[list[int], list[int]]]:
+  """``(prompt, response)`` token lists: each training program written for its skill, once
+  with the plain prompt and once with another program of the same skill as the memory seed
+  (the prompt format the loop uses once its memory holds programs)."""
+  stop = setup.tok.eos_ids[0]
+  max_level = setup.config.warm_start.max_level
+  train = sorted(
+    (name, level)
+    for name, level in setup.library.tokens
+    if name in setup.train_families and level <= max_level
+  )
+  out = []
+  for k, (name, level) in enumerate(train):
+    toks = list(setup.library.tokens[(name, level)]) + [stop]
+    skill = FAMILIES[name].skill
+    out.append((setup.designer_prompt(skill), toks))
+    others = [nl for nl in setup.library.tokens if nl[0] != name and FAMILIES[nl[0]].skill == skill]
+    others = [nl for nl in others if nl[0] in setup.train_families]
+    if others:
+      seed = setup.library.tokens[sorted(others)[k % len(others)]]
+      prompt = setup.designer_prompt(skill, seed)
+      if len(prompt) > len(setup.designer_prompt(skill)):  # the seed fitted
+        out.append((prompt, toks))
+  return out
+
+
+def agent_examples(graphdef, params, setup, seed: int):
+  """Oracle episodes of the training programs -> host `EpisodeResult`."""
+  from flax import nnx
+
+  c = setup.config
+  rs = setup.rollout_spec
+  device = DeviceRollout(
+    nnx.merge(graphdef, params),
+    setup.tok,
+    setup.framing,
+    RolloutConfig(
+      max_turns=c.agent.max_turns,
+      max_new_tokens=c.agent.max_new_tokens,
+      max_context=c.agent.max_context,
+      greedy=True,
+    ),
+    program_cfg=rs.program_cfg,
+    prompt_len=rs.prompt_len,
+    feed_chunk=rs.feed_chunk,
+    script_turns=1,
+    script_width=c.agent.max_new_tokens,
+  )
+  programs, seeds, hints = [], [], []
+  rng = np.random.default_rng([seed, 5])
+  for name in setup.train_families:
+    for level, prog in setup.library.by_family[name].items():
+      if level > c.warm_start.max_level:
+        continue
+      for hinted in (False, True):
+        for _ in range(c.warm_start.episodes_per_program):
+          programs.append(prog)
+          seeds.append(int(rng.integers(2**31)))
+          hints.append(hinted)
+  out = device(programs, seeds, hints, oracle=True, params=params)
+  return out.episodes(setup.tok, setup.framing)
+
+
+def _bucket(n: int, step: int = 32) -> int:
+  return -(-n // step) * step
+
+
+def sft_rows(designer, episodes) -> tuple[trajectories.Trajectories, trajectories.Trajectories]:
+  """The supervised examples as two host `Trajectories` (designer rows, solved oracle episodes),
+  advantage 1, each padded to its own length bucket (agent episodes are much shorter than
+  programs, so one common length would waste most of the compute on padding)."""
+
+  def rows(toks, masks):
+    n = len(toks)
+    return trajectories.from_sequences(
+      toks,
+      masks,
+      [[0.0] * len(t) for t in toks],
+      role=trajectories.ROLE_AGENT,
+      rewards=[1.0] * n,
+      advantages=[1.0] * n,
+      seq_len=_bucket(max(len(t) for t in toks)),
+    )
+
+  d = rows([p + r for p, r in designer], [[0] * len(p) + [1] * len(r) for p, r in designer])
+  solved = [i for i in range(len(episodes.tokens)) if episodes.solved[i]]
+  a = rows([episodes.tokens[i] for i in solved], [episodes.loss_mask[i] for i in solved])
+  return d, a
+
+
+def warm_start(graphdef, state, setup):
+  """Runs ``config.warm_start.steps`` supervised steps; returns ``(state, metrics)``."""
+  c = setup.config
+  designer = designer_examples(setup)
+  episodes = agent_examples(graphdef, state.params, setup, c.seed)
+  d_rows, a_rows = sft_rows(designer, episodes)
+  opt_cfg = dataclasses.replace(setup.opt_cfg, learning_rate=c.warm_start.learning_rate)
+  optimizer = make_optimizer(opt_cfg)
+  loss_cfg = losses.LossConfig(tis_cap=None, temperature=c.agent.temperature)
+  step_fn = jax.jit(
+    functools.partial(train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg),
+    donate_argnums=0,
+  )
+  run_step = np.asarray(jax.device_get(state.step))  # the warm state's buffers are donated
+  warm = jax.tree.map(jnp.copy, state.replace(opt_state=optimizer.init(state.params)))
+  rng = np.random.default_rng([c.seed, 11])
+  nll = {"designer": [], "agent": []}
+  d_batch = max(1, c.warm_start.batch // 4)
+  for _ in range(c.warm_start.steps):  # one agent batch and one designer batch per step
+    for name, rows, n in (("agent", a_rows, c.warm_start.batch), ("designer", d_rows, d_batch)):
+      idx = rng.choice(rows.batch_size, size=n, replace=rows.batch_size < n)
+      warm, m = step_fn(warm, rows.select(idx))
+      nll[name].append(m["train/nll"])
+  nll = {k: [float(x) for x in jax.device_get(v)] for k, v in nll.items()}
+  run_opt = make_optimizer(setup.opt_cfg)
+  state = warm.replace(step=jnp.asarray(run_step), opt_state=run_opt.init(warm.params))
+  metrics = {
+    "warm/steps": c.warm_start.steps,
+    "warm/designer_examples": d_rows.batch_size,
+    "warm/agent_examples": a_rows.batch_size,
+    "warm/oracle_solve_rate": float(np.mean(episodes.solved)) if len(episodes.solved) else 0.0,
+  }
+  for name, v in nll.items():  # mean negative log-likelihood per trained token
+    if v:
+      metrics[f"warm/{name}_nll_first"] = v[0]
+      metrics[f"warm/{name}_nll_last"] = float(np.mean(v[-10:]))
+  return state, metrics

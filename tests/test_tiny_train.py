@@ -1,0 +1,103 @@
+"""The tiny on-device SPADE run end to end: the smoke config through `experiments/run.py`'s
+`train.train`, its artifacts and metrics, exact resume after SIGKILL, and the default job's
+trends on a recorded run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spade_jax import metrics, train
+from spade_jax.tiny import iteration
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = [sys.executable, str(REPO / "experiments" / "run.py")]
+SMOKE = "--config=" + str(REPO / "experiments" / "configs" / "tiny.py") + ":smoke"
+
+
+def smoke_config():
+  sys.path.insert(0, str(REPO / "experiments" / "configs"))
+  import tiny
+
+  return tiny.get_config("smoke")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("tiny") / "run"
+  before = dict(iteration.TRACES)
+  t0 = time.perf_counter()
+  last = train.train(smoke_config(), workdir)
+  seconds = time.perf_counter() - t0
+  traces = {k: v - before.get(k, 0) for k, v in iteration.TRACES.items()}
+  return workdir, last, seconds, traces
+
+
+def _comparable(rows):
+  return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def test_smoke_run_artifacts_and_metrics(smoke_run):
+  workdir, last, seconds, traces = smoke_run
+  assert seconds < 120, f"tiny smoke took {seconds:.0f} s"
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0, 1, 2]
+  for key in (
+    "agent/solve_rate",
+    "agent/solve_rate_hint",
+    "designer/valid_rate",
+    "designer/difficulty",
+    "designer/difficulty_bits",
+    "train/loss",
+    "eval/accuracy",
+  ):
+    assert key in rows[0], key
+  assert rows[0]["designer/valid_rate"] > 0  # valid programs from the first iteration
+  assert "designer/regret_mean" in rows[2]  # step 0's pool is trained at the next regeneration
+  assert rows[2]["designer/trained_samples"] == rows[0]["designer/valid_rate"] * 4
+  assert all(np.isfinite(r["train/loss"]) for r in rows)
+  # two compiled iteration variants (regeneration / replay), no more
+  assert {k: v for k, v in traces.items() if v} == {
+    "iterate/regen=True": 1,
+    "iterate/regen=False": 1,
+  }
+  records = sorted((workdir / "envs").glob("*.json"))
+  assert len(records) == 8  # 4 games x 2 regeneration steps
+  r0 = json.loads(records[0].read_text())
+  assert {"program", "valid", "reason", "win_rate_offset0", "hint_win_rate"} <= set(r0)
+  if r0["valid"]:
+    assert "regret" in r0 and "turns" in r0["program"]
+  assert (workdir / "warm_start.json").exists()
+  assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
+  assert (workdir / "checkpoints" / "3").exists() and (workdir / "config.json").exists()
+
+
+def test_run_py_smoke_resumes_and_sigkill_gives_identical_metrics(smoke_run, tmp_path):
+  ref_dir = smoke_run[0]
+  workdir = tmp_path / "killed"
+  cmd = RUN + [SMOKE, f"--workdir={workdir}"]
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  proc = subprocess.Popen(
+    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+  )
+  try:  # kill as soon as step 0 is checkpointed, i.e. somewhere inside step 1
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+      if (workdir / "checkpoints" / "1").exists():
+        time.sleep(1.0)
+        break
+      time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be killed mid-step"
+    os.killpg(proc.pid, signal.SIGKILL)
+  finally:
+    proc.wait(timeout=60)
+  subprocess.run(cmd, check=True, timeout=600, env=env, capture_output=True)
+  got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
+  want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
+  assert got == want
