@@ -16,17 +16,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def small_config():
+  """The smoke config unchanged: its programs are then compiled once per test session (the
+  persistent cache serves test_tiny_train.py and the notebook test)."""
   sys.path.insert(0, str(REPO / "experiments" / "configs"))
   import tiny
 
-  c = tiny.get_config("smoke")
-  c.model.num_layers = 1
-  c.model.embed_dim = 64
-  c.model.mlp_dim = 128
-  c.spade.num_games = 3
-  c.spade.plays = 2
-  c.spade.hint_plays = 1
-  return c
+  return tiny.get_config("smoke")
 
 
 @pytest.fixture(scope="module")
