@@ -44,7 +44,7 @@ def get_config(arg: str = ""):
     c.warm_start.batch = 8
     c.warm_start.episodes_per_program = 2
     c.eval.every = 2
-    c.eval.episodes_per_family = 2
+    c.eval.episodes_per_setting = 1
     c.progress = False
     c.plot_every = 0
   return c

@@ -20,7 +20,15 @@ PANELS = {
   ),
   "heldout_eval.png": (
     "Held-out evaluation",
-    ["eval/accuracy", "eval/math", "eval/algorithmic", "eval/logic", "eval/cognition"],
+    [
+      "eval/accuracy",
+      "eval/math",
+      "eval/algorithmic",
+      "eval/logic",
+      "eval/cognition",
+      "eval/unseen_levels",
+      "eval/unseen_families",
+    ],
   ),
   "training.png": ("Update", ["train/loss", "train/grad_norm", "train/clip_frac"]),
 }

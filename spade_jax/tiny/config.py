@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from spade_jax.rl.optimizer import SCHEDULES
 from spade_jax.spade import rewards
 
 
@@ -60,6 +61,8 @@ def tiny_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.learning_rate = 5e-5
+  c.train.schedule = "constant"  # or cosine / linear decay over the run's steps
+  c.train.min_lr_ratio = 0.0  # decay floor, as a fraction of learning_rate
   c.train.warmup_steps = 0
   c.train.b1 = 0.9
   c.train.b2 = 0.98
@@ -70,6 +73,7 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.train.tis_cap = 2.0
   c.train.aggregation = "seq_mean_token_mean"
   c.train.entropy_coef = 0.0
+  c.train.kl_coef = 0.0  # KL (k3) to the warm-started policy; 0: no reference forward
 
   c.warm_start = ml_collections.ConfigDict()  # supervised phase standing in for pretraining
   c.warm_start.steps = 300  # 0: start from random weights
@@ -78,9 +82,9 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.warm_start.max_level = 0  # library levels used (0: the easiest setting of each family)
   c.warm_start.episodes_per_program = 32  # oracle episodes per (program, hinted or not)
 
-  c.eval = ml_collections.ConfigDict()  # held-out library families (never training envs)
+  c.eval = ml_collections.ConfigDict()  # library settings never used for training (heldout.py)
   c.eval.every = 10
-  c.eval.episodes_per_family = 16
+  c.eval.episodes_per_setting = 8
   c.eval.seed = 1234
   return c
 
@@ -108,5 +112,7 @@ def check_tiny_config(c) -> None:
   need(c.designer.program_tokens >= 32, "designer.program_tokens must be >= 32")
   need(c.checkpoint_every > 0, "checkpoint_every must be positive")
   need(c.warm_start.steps >= 0, "warm_start.steps must be >= 0")
+  need(c.train.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
+  need(c.train.kl_coef >= 0, "train.kl_coef must be >= 0")
   if problems:
     raise ValueError("; ".join(problems))

@@ -1,10 +1,19 @@
 """Held-out evaluation of the tiny front end, and the library split it relies on.
 
 The library families expressible in the designer language (`language.tiny_library`) are split
-once, by name, into **training families** (warm start, the ``fixed`` pool baseline) and
-**held-out families** (evaluation only; never a training environment). Held-out episodes are
-fixed (family, level, seed) triples, played greedily without the hint by the on-device rollout,
-so successive evaluations of one run differ only by the policy.
+once, by name, into **training families** and **held-out families**. Training environments of
+a run are: the designer's own programs, and (warm start, the ``fixed`` pool baseline) the
+training families at their easy levels, ``level <= warm_start.max_level``. Held-out evaluation
+plays every library setting that is never a training environment:
+
+* ``unseen_levels``: training families at their harder levels (``level > max_level``): the
+  same kinds of task at difficulty settings the agent is never trained on;
+* ``unseen_families``: the held-out families at every level (a different answer kind in each
+  of four skills: generalisation the tiny model is not expected to show).
+
+Held-out episodes are fixed (family, level, seed) triples, played greedily without the hint by
+the on-device rollout, so successive evaluations of one run differ only by the policy.
+``eval/accuracy`` is the solve rate over all of them.
 """
 
 from __future__ import annotations
@@ -53,20 +62,39 @@ class LibraryPrograms:
     return split_families(self.by_family)
 
 
+def heldout_settings(library: LibraryPrograms, max_level: int) -> list[tuple[str, int, str]]:
+  """``(family, level, group)`` of every library setting that is never a training environment
+  (``group``: ``unseen_levels`` or ``unseen_families``; see the module docstring)."""
+  train, held = library.split()
+  out = []
+  for name in train:
+    out += [(name, lv, "unseen_levels") for lv in sorted(library.by_family[name]) if lv > max_level]
+  for name in held:
+    out += [(name, lv, "unseen_families") for lv in sorted(library.by_family[name])]
+  return out
+
+
+def training_settings(library: LibraryPrograms, max_level: int) -> list[tuple[str, int]]:
+  """``(family, level)`` of the library settings a run may train on (warm start, fixed pool)."""
+  train, _ = library.split()
+  return [(n, lv) for n in train for lv in sorted(library.by_family[n]) if lv <= max_level]
+
+
 class TinyHeldout:
-  """Greedy, unhinted plays of fixed held-out episodes -> ``eval/accuracy`` and per family."""
+  """Greedy, unhinted plays of fixed held-out episodes -> ``eval/accuracy``, one accuracy per
+  group (``eval/unseen_levels``, ``eval/unseen_families``) and per family (``eval/<name>``)."""
 
   def __init__(self, graphdef, params, tok, framing, library: LibraryPrograms, cfg, *, spec):
-    _, held = library.split()
-    if not held:
-      raise ValueError("no held-out family in the tiny library")
+    settings = heldout_settings(library, cfg.warm_start.max_level)
+    if not settings:
+      raise ValueError("no held-out setting in the tiny library")
     rng = np.random.default_rng(cfg.eval.seed)
-    self.families, self.programs, self.seeds = [], [], []
-    for name in held:
-      levels = sorted(library.by_family[name])
-      for k in range(cfg.eval.episodes_per_family):
+    self.families, self.groups, self.programs, self.seeds = [], [], [], []
+    for name, level, group in settings:
+      for _ in range(cfg.eval.episodes_per_setting):
         self.families.append(name)
-        self.programs.append(library.by_family[name][levels[k % len(levels)]])
+        self.groups.append(group)
+        self.programs.append(library.by_family[name][level])
         self.seeds.append(int(rng.integers(2**31)))
     rollout_cfg = RolloutConfig(
       max_turns=cfg.agent.max_turns,
@@ -83,13 +111,13 @@ class TinyHeldout:
       prompt_len=spec.prompt_len,
       feed_chunk=spec.feed_chunk,
     )
-    self.held = held
 
   def evaluate(self, params) -> dict:
     out = self.device(self.programs, self.seeds, [False] * len(self.programs), params=params)
     solved = np.asarray(jax.device_get(out.solved_B))
-    fam = np.asarray(self.families)
     metrics = {"eval/accuracy": float(solved.mean())}
-    for name in self.held:
-      metrics[f"eval/{name}"] = float(solved[fam == name].mean())
+    for labels in (self.groups, self.families):
+      labels = np.asarray(labels)
+      for name in dict.fromkeys(labels.tolist()):
+        metrics[f"eval/{name}"] = float(solved[labels == name].mean())
     return metrics

@@ -33,7 +33,7 @@ from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import NUM_SKILLS
 from spade_jax.tiny import iteration
 from spade_jax.tiny.config import check_tiny_config
-from spade_jax.tiny.heldout import LibraryPrograms, TinyHeldout
+from spade_jax.tiny.heldout import LibraryPrograms, TinyHeldout, training_settings
 from spade_jax.tiny.language import REASONS, TINY_CONFIG, Language
 from spade_jax.tiny.tokenizer import load_tiny_tokenizer
 
@@ -77,6 +77,9 @@ class TinySetup:
     self.model_cfg = model_config(c, self.tok.vocab_size)
     self.opt_cfg = OptimizerConfig(
       learning_rate=c.train.learning_rate,
+      schedule=c.train.schedule,
+      decay_steps=c.steps if c.train.schedule != "constant" else 0,
+      min_lr_ratio=c.train.min_lr_ratio,
       warmup_steps=c.train.warmup_steps,
       b1=c.train.b1,
       b2=c.train.b2,
@@ -100,6 +103,7 @@ class TinySetup:
         tis_cap=c.train.tis_cap or None,
         aggregation=c.train.aggregation,
         entropy_coef=c.train.entropy_coef,
+        kl_coef=c.train.kl_coef,
         temperature=c.agent.temperature,
       ),
       opt=self.opt_cfg,
@@ -128,7 +132,12 @@ class TinySetup:
 
   def init_state(self):
     model = Transformer(self.model_cfg, rngs=nnx.Rngs(self.config.seed))
-    graphdef, state = create_train_state(model, make_optimizer(self.opt_cfg), seed=self.config.seed)
+    graphdef, state = create_train_state(
+      model,
+      make_optimizer(self.opt_cfg),
+      seed=self.config.seed,
+      with_reference=self.config.train.kl_coef > 0,  # the warm start then replaces it
+    )
     first = self.library.by_family[self.train_families[0]]
     carry = iteration.init_carry(self.spec, first[min(first)], NUM_SKILLS)
     return graphdef, state, carry
@@ -174,16 +183,14 @@ class TinySetup:
     )
 
   def fixed_pool(self, step: int):
-    """The ``fixed`` baseline's pool: training-family programs at random levels (a random
-    pool per regeneration, seeded by (seed, epoch)); also fills the (ignored) slot otherwise."""
+    """The ``fixed`` baseline's pool: the library's training settings (those the warm start
+    uses), a random draw per regeneration seeded by (seed, epoch); also fills the (ignored)
+    slot of the other variants."""
     c = self.config
     rng = np.random.default_rng([c.seed, step // c.spade.regen_interval, 77])
-    progs = []
-    for _ in range(c.spade.num_games):
-      fam = self.library.by_family[self.train_families[rng.integers(len(self.train_families))]]
-      levels = sorted(fam)
-      progs.append(fam[levels[rng.integers(len(levels))]])
-    return stack_programs(progs)
+    settings = training_settings(self.library, c.warm_start.max_level)
+    picks = rng.integers(len(settings), size=c.spade.num_games)
+    return stack_programs([self.library.by_family[n][lv] for n, lv in (settings[i] for i in picks)])
 
 
 def _scalars(out: dict) -> dict:

@@ -1,7 +1,7 @@
 """Warm start of the tiny policy: a short supervised phase standing in for pretraining.
 
-Two kinds of examples, both from the *training* library families only (the held-out families
-are never seen):
+Two kinds of examples, both from the library's *training settings* only (training families at
+``level <= warm_start.max_level``; `heldout.training_settings`), never from a held-out setting:
 
 * **designer**: the designer prompt of the family's skill -> the family's program in the
   designer language (every level), then the stop token;
@@ -12,7 +12,8 @@ are never seen):
 The update is the GRPO step itself with advantage 1 on every example and no importance
 correction: with one optimizer step per batch the ratio is exactly 1, so the policy-gradient
 loss has the gradient of the token-level cross-entropy. The warm start uses its own Adam state
-and learning rate; the RL phase then starts with fresh optimizer moments.
+and constant learning rate; the RL phase then starts with fresh optimizer moments, and (with
+``train.kl_coef > 0``) the warm-started policy becomes the KL reference.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from spade_jax.envs.rollout import DeviceRollout
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
 from spade_jax.rl.update import train_step
+from spade_jax.tiny.heldout import training_settings
 
 
 def designer_examples(setup) -> list[tuple[list[int], list[int]]]:
@@ -38,21 +40,15 @@ def designer_examples(setup) -> list[tuple[list[int], list[int]]]:
   with the plain prompt and once with another program of the same skill as the memory seed
   (the prompt format the loop uses once its memory holds programs)."""
   stop = setup.tok.eos_ids[0]
-  max_level = setup.config.warm_start.max_level
-  train = sorted(
-    (name, level)
-    for name, level in setup.library.tokens
-    if name in setup.train_families and level <= max_level
-  )
+  train = training_settings(setup.library, setup.config.warm_start.max_level)
   out = []
   for k, (name, level) in enumerate(train):
     toks = list(setup.library.tokens[(name, level)]) + [stop]
     skill = FAMILIES[name].skill
     out.append((setup.designer_prompt(skill), toks))
-    others = [nl for nl in setup.library.tokens if nl[0] != name and FAMILIES[nl[0]].skill == skill]
-    others = [nl for nl in others if nl[0] in setup.train_families]
+    others = sorted(nl for nl in train if nl[0] != name and FAMILIES[nl[0]].skill == skill)
     if others:
-      seed = setup.library.tokens[sorted(others)[k % len(others)]]
+      seed = setup.library.tokens[others[k % len(others)]]
       prompt = setup.designer_prompt(skill, seed)
       if len(prompt) > len(setup.designer_prompt(skill)):  # the seed fitted
         out.append((prompt, toks))
@@ -83,15 +79,12 @@ def agent_examples(graphdef, params, setup, seed: int):
   )
   programs, seeds, hints = [], [], []
   rng = np.random.default_rng([seed, 5])
-  for name in setup.train_families:
-    for level, prog in setup.library.by_family[name].items():
-      if level > c.warm_start.max_level:
-        continue
-      for hinted in (False, True):
-        for _ in range(c.warm_start.episodes_per_program):
-          programs.append(prog)
-          seeds.append(int(rng.integers(2**31)))
-          hints.append(hinted)
+  for name, level in training_settings(setup.library, c.warm_start.max_level):
+    for hinted in (False, True):
+      for _ in range(c.warm_start.episodes_per_program):
+        programs.append(setup.library.by_family[name][level])
+        seeds.append(int(rng.integers(2**31)))
+        hints.append(hinted)
   out = device(programs, seeds, hints, oracle=True, params=params)
   return out.episodes(setup.tok, setup.framing)
 
@@ -129,7 +122,9 @@ def warm_start(graphdef, state, setup):
   designer = designer_examples(setup)
   episodes = agent_examples(graphdef, state.params, setup, c.seed)
   d_rows, a_rows = sft_rows(designer, episodes)
-  opt_cfg = dataclasses.replace(setup.opt_cfg, learning_rate=c.warm_start.learning_rate)
+  opt_cfg = dataclasses.replace(
+    setup.opt_cfg, learning_rate=c.warm_start.learning_rate, schedule="constant", decay_steps=0
+  )
   optimizer = make_optimizer(opt_cfg)
   loss_cfg = losses.LossConfig(tis_cap=None, temperature=c.agent.temperature)
   step_fn = jax.jit(
@@ -148,7 +143,12 @@ def warm_start(graphdef, state, setup):
       nll[name].append(m["train/nll"])
   nll = {k: [float(x) for x in jax.device_get(v)] for k, v in nll.items()}
   run_opt = make_optimizer(setup.opt_cfg)
-  state = warm.replace(step=jnp.asarray(run_step), opt_state=run_opt.init(warm.params))
+  state = warm.replace(
+    step=jnp.asarray(run_step),
+    opt_state=run_opt.init(warm.params),
+    # the KL reference (if any) is the warm-started policy, the RL phase's starting point
+    ref_params=None if warm.ref_params is None else jax.tree.map(jnp.copy, warm.params),
+  )
   metrics = {
     "warm/steps": c.warm_start.steps,
     "warm/designer_examples": d_rows.batch_size,
