@@ -47,6 +47,7 @@ def test_difficulty_bits_counts_immediate_rand_ranges(setup_state):
 
 def test_iterations_compile_once_per_variant_without_host_transfers(setup_state):
   setup, graphdef, state, carry = setup_state
+  iteration.iterate.clear_cache()  # other tests may have traced the same shapes in-process
   before = dict(iteration.TRACES)
   outs = []
   for step in range(4):  # regen, replay, regen, replay

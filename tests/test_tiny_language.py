@@ -19,11 +19,14 @@ from spade_jax.envs.program import CHECKS, OP_NAMES, Action, EnvProgram, stack_p
 from spade_jax.envs.rollout_types import RolloutSpec, first_templates
 from spade_jax.tiny import grammar
 from spade_jax.tiny.language import (
+  INFEASIBLE,
   REASONS,
   TINY_CONFIG,
   Language,
+  assemble_and_validate,
   assemble_tokens,
   dummy_program,
+  feasible,
   first_templates_device,
   tiny_library,
 )
@@ -209,3 +212,45 @@ def test_language_is_a_hashable_static_argument(setup):
   with pytest.raises(ValueError, match="shortest program"):
     Language.make(tok, max_tokens=8)
   assert isinstance(jnp.asarray(lang.dummy_tokens), jax.Array)
+
+
+def test_feasibility_check_rejects_programs_whose_own_answer_does_not_win(setup):
+  lang = setup[1]
+  lib = setup[2]
+  streams = [
+    ("valid", lang.encode(_VALID), "ok"),
+    ("no reward", lang.encode(_VALID.replace("case r2 1000 stop", "case r2 0 stop")), INFEASIBLE),
+    (
+      "no termination",
+      lang.encode(_VALID.replace("case r2 1000 stop", "case r2 1000 go")),
+      INFEASIBLE,
+    ),
+    (
+      "wins on the wrong answer",
+      lang.encode(_VALID.replace("eq r2 guess r0", "ne r2 guess r0")),
+      INFEASIBLE,
+    ),
+    (
+      "check failure keeps its reason",
+      lang.encode(_VALID.replace("rand r1 -4 9", "rand r1 9 -4")),
+      None,
+    ),
+  ]
+  streams += [(name, t, "ok") for name, _, t in lib]
+  width = max(len(t) for _, t, _ in streams) + 2
+  tokens = np.zeros((len(streams), width), np.int32)
+  for i, (_, t, _) in enumerate(streams):
+    tokens[i, : len(t)] = t
+  programs, ok, reason = jax.device_get(assemble_and_validate(lang, tokens, jax.random.PRNGKey(3)))
+  _, ok_before, reason_before = jax.device_get(assemble_tokens(lang, tokens))
+  dummy = jax.device_get(dummy_program(lang))
+  # the placeholder of rejected rows never pays out (so it is not feasible either)
+  assert not bool(feasible(lang, jax.tree.map(lambda x: x[None], dummy), jax.random.PRNGKey(0))[0])
+  for i, (name, _, want) in enumerate(streams):
+    if want is None:  # rejected before the feasibility check: same reason as assemble_tokens
+      assert not ok[i] and reason[i] == reason_before[i] != INFEASIBLE, name
+    elif want == INFEASIBLE:
+      assert ok_before[i] and not ok[i] and reason[i] == INFEASIBLE, name
+      assert _equal(_row(programs, i), dummy) == [], name
+    else:
+      assert ok[i] and REASONS[reason[i]] == "ok", name

@@ -12,7 +12,12 @@ PANELS = {
   ),
   "designer_validity.png": (
     "Designer validity",
-    ["designer/valid_rate", "designer/attempt_valid_rate", "designer/translated_rate"],
+    [
+      "designer/valid_rate",
+      "designer/attempt_valid_rate",
+      "designer/translated_rate",
+      "designer/infeasible_rate",
+    ],
   ),
   "difficulty.png": (
     "Difficulty (unhinted failure rate of each new pool)",

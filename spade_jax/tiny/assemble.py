@@ -13,6 +13,8 @@ negative value's tail is ``-`` and an empty list replaces nothing; the solution 
 ``\\boxed{`` slot ``}``. Then `program.check_program` runs with ``xp=jnp``. A program with a
 parse error or a failed check is replaced by the dummy (`language.DUMMY_PROGRAM`), so the
 interpreter runs every row without faults; ``ok_B`` says which rows are real.
+`assemble_and_validate` adds the validator's feasibility check (`feasible`: the program's own
+answer must win), as the Python path requires of designer code.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from spade_jax.envs.interpreter import ProgramEnv
 from spade_jax.envs.program import (
   ANSWER_INT,
   ANSWER_LIST,
@@ -44,7 +47,12 @@ from spade_jax.envs.rollout_types import FirstTemplates
 from spade_jax.tiny import grammar as g
 
 # Reason codes of `assemble_tokens`: parse errors, then ``check_program`` failures.
-REASONS = g.PARSE_REASONS + tuple(f"check: {c}" for c in CHECKS[1:])
+REASONS = (
+  g.PARSE_REASONS
+  + tuple(f"check: {c}" for c in CHECKS[1:])
+  + ("feasibility: the program's own answer is not rewarded 1.0 with termination",)
+)
+INFEASIBLE = len(REASONS) - 1
 N_PARSE = len(g.PARSE_REASONS)
 PAD_ID = 0  # the tiny tokenizer's <|endoftext|>: never part of a program, pads token rows
 _FIELDS = (
@@ -229,6 +237,40 @@ def assemble_tokens(lang, tokens_BT):
   dummy = dummy_program(lang)
   keep = lambda p, d: jnp.where(ok_B.reshape((-1,) + (1,) * d.ndim), p, d[None])
   return jax.tree.map(keep, programs, dummy), ok_B, reason_B.astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def feasible(lang, programs: EnvProgram, key, n_seeds: int = 4):
+  """``[B]`` bool: on each of ``n_seeds`` resets (keys from ``key``) the program's own answer
+  (`ProgramEnv.solution_action`) at the first turn earns reward 1.0 and terminates, without a
+  fault at reset or step: the feasibility check of the Python validator (`envs.validate`),
+  on device. ``programs`` has a leading batch axis."""
+  env = ProgramEnv(lang.cfg)
+
+  def one(program, k):
+    k_reset, k_step = jax.random.split(k)
+    _, state = env.reset_env(k_reset, program)
+    action = env.solution_action(state, program)
+    _, new, reward, terminated, _, info = env.transition(k_step, state, action, program)
+    return (state.fault == 0) & (info["fault"] == 0) & terminated & (reward == 1.0)
+
+  B = jax.tree.leaves(programs)[0].shape[0]
+  keys = jax.random.split(key, (B, n_seeds))
+  ok_BK = jax.vmap(lambda p, ks: jax.vmap(lambda k: one(p, k))(ks))(programs, keys)
+  return jnp.all(ok_BK, axis=1)
+
+
+def assemble_and_validate(lang, tokens_BT, key, n_seeds: int = 4):
+  """`assemble_tokens`, then `feasible` on the rows that assembled and passed the checks:
+  infeasible rows also become `dummy_program` with reason `INFEASIBLE`. Returns
+  ``(programs [B], ok_B, reason_B)``."""
+  programs, ok_B, reason_B = assemble_tokens(lang, tokens_BT)
+  feas_B = feasible(lang, programs, key, n_seeds)
+  bad_B = ok_B & ~feas_B
+  dummy = dummy_program(lang)
+  keep = lambda p, d: jnp.where(bad_B.reshape((-1,) + (1,) * d.ndim), d[None], p)
+  reason_B = jnp.where(bad_B, INFEASIBLE, reason_B).astype(jnp.int32)
+  return jax.tree.map(keep, programs, dummy), ok_B & feas_B, reason_B
 
 
 # ------------------------------------------------------------------------ first messages

@@ -48,6 +48,7 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.designer = ml_collections.ConfigDict()
   c.designer.program_tokens = 160  # designer-language tokens per program (grammar-enforced)
   c.designer.prompt_len = 208  # designer prompt slots (skill + one memory seed program)
+  c.designer.feasibility_seeds = 4  # the program's own answer must win on this many resets
 
   c.agent = ml_collections.ConfigDict()
   c.agent.temperature = 1.0
@@ -112,6 +113,7 @@ def check_tiny_config(c) -> None:
   need(c.designer.program_tokens >= 32, "designer.program_tokens must be >= 32")
   need(c.checkpoint_every > 0, "checkpoint_every must be positive")
   need(c.warm_start.steps >= 0, "warm_start.steps must be >= 0")
+  need(c.designer.feasibility_seeds >= 0, "designer.feasibility_seeds must be >= 0")
   need(c.train.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
   need(c.train.kl_coef >= 0, "train.kl_coef must be >= 0")
   if problems:

@@ -8,9 +8,10 @@
      delayed designer training by one regeneration interval;
   2. the policy writes ``G`` new programs in the designer language (prefill + decode loop
      under the `GrammarMask` logits processor, so every sample is well-formed and ends in
-     budget), `assemble_tokens` turns them into ``EnvProgram`` arrays and runs
-     ``check_program``; rejected programs are replaced by a dummy, are never credited and get
-     no gradient (exactly like invalid Python in the real path). With the ``fixed`` reward the
+     budget), `assemble_and_validate` turns them into ``EnvProgram`` arrays, runs
+     ``check_program`` and the validator's feasibility check (the program's own answer must
+     win on ``feasibility_seeds`` resets); rejected programs are replaced by a dummy, are never
+     credited and get no gradient (exactly like invalid Python in the real path). With the ``fixed`` reward the
      pool is the ``inputs.fixed_programs`` instead (no designer sampling at all);
   3. the agent plays each game ``P`` times without and ``H`` times with the hint on matched
      seeds (``envs.rollout.rollout``: the whole multi-turn episode in one ``while_loop``);
@@ -26,8 +27,10 @@ Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mi
 
 Differences from the Python-environment loop (documented, by design): one designer attempt
 per game (the grammar mask makes every sample well-formed, so a fresh-prompt retry would only
-retry ``check_program`` failures); the hint is the program's own hint template, so there is no
-separate hint-writer call; the designer delay is exactly one regeneration interval.
+retry ``check_program`` and feasibility failures); the hint is the program's own hint template, so there is no
+separate hint-writer call; the designer delay is exactly one regeneration interval; of the
+validator's extra checks, feasibility runs on device but the answer-leak check does not
+(determinism holds by construction: a program is a pure function of its key).
 
 Symbols: G games, P plays, H hinted plays, W regen interval, T sequence length.
 """
@@ -62,7 +65,12 @@ from spade_jax.spade.window import (
   window_stats,
 )
 from spade_jax.tiny.grammar import GrammarMask
-from spade_jax.tiny.language import Language, assemble_tokens, first_templates_device
+from spade_jax.tiny.language import (
+  INFEASIBLE,
+  Language,
+  assemble_and_validate,
+  first_templates_device,
+)
 
 TRACES: collections.Counter = collections.Counter()
 _F32 = jnp.float32
@@ -88,6 +96,7 @@ class TinySpec:
   agent_turns: int = 4
   agent_new_tokens: int = 12
   reward_scale: float = 1.0
+  feasibility_seeds: int = 4  # resets on which a program's own answer must win (0: no check)
 
   @property
   def design_len(self) -> int:
@@ -289,6 +298,7 @@ def _iterate(
   G, P, H, W = spec.num_games, spec.plays, spec.hint_plays, spec.regen_interval
   key = jax.random.fold_in(jax.random.PRNGKey(inputs.seed), inputs.step)
   k_design, k_play = jax.random.split(key)
+  k_feasible = jax.random.fold_in(key, 7)
   out = {}
   T = spec.seq_len
 
@@ -346,9 +356,12 @@ def _iterate(
   if regen:
     if spec.trains_designer:
       tokens, mask, logprobs, program_GT = design(graphdef, state.params, inputs, k_design, spec)
-      programs, ok_G, reason_G = assemble_tokens(spec.lang, program_GT)
+      programs, ok_G, reason_G = assemble_and_validate(
+        spec.lang, program_GT, k_feasible, spec.feasibility_seeds
+      )
       out["records"] = dict(program_GT=program_GT, ok_G=ok_G, reason_G=reason_G)
       out["designer/valid_rate"] = jnp.mean(ok_G.astype(_F32))
+      out["designer/infeasible_rate"] = jnp.mean((reason_G == INFEASIBLE).astype(_F32))
       out["designer/program_tokens"] = jnp.mean(jnp.sum(program_GT != 0, axis=1).astype(_F32))
     else:
       programs, ok_G = inputs.fixed_programs, jnp.ones((G,), bool)

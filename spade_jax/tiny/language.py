@@ -54,9 +54,12 @@ from spade_jax.envs.rollout_types import HINT_SEPARATOR
 from spade_jax.envs.text import tokenizer_constants
 from spade_jax.tiny import grammar
 from spade_jax.tiny.assemble import (  # noqa: F401  (re-exported: the language's device side)
+  INFEASIBLE,
   REASONS,
+  assemble_and_validate,
   assemble_tokens,
   dummy_program,
+  feasible,
   first_templates_device,
 )
 from spade_jax.tiny.tokenizer import (

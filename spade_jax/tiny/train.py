@@ -112,6 +112,7 @@ class TinySetup:
       top_k=c.agent.top_k,
       agent_turns=c.agent.max_turns,
       agent_new_tokens=c.agent.max_new_tokens,
+      feasibility_seeds=c.designer.feasibility_seeds,
       reward_scale=rewards.reward_scale(
         s.num_games * s.plays, s.num_games, s.regen_interval, s.reward_scale_cap
       ),
