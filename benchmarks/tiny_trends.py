@@ -6,9 +6,12 @@ Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first
 quarter of the steps that logged it: held-out accuracy (``eval/accuracy``), the agent's solve
 rate on the current pools, the designer's valid rate, and the two difficulty proxies of the
 designer's pools (``designer/difficulty_bits``: bits of task randomness of valid programs;
-``designer/difficulty``: unhinted failure rate of each new pool). ``--check`` exits 1 unless
-the designer wrote valid programs at the first step, held-out accuracy rose, and a difficulty
-proxy rose (the acceptance trends of the tiny reproduction).
+``designer/difficulty``: unhinted failure rate of each new pool for the current agent;
+``designer/difficulty_ref``: its failure rate for the frozen warm-started policy, a yardstick
+that does not learn). ``--check`` exits 1 unless the designer wrote valid programs at the
+first step, held-out accuracy rose, and the designer's pools got harder: ``difficulty_ref``
+rose (runs that log it), else bits or failure rate rose (the acceptance trends of the tiny
+reproduction).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ SERIES = (
   "designer/regret_mean",
   "designer/difficulty_bits",
   "designer/difficulty",
+  "designer/difficulty_ref",
 )
 
 
@@ -63,7 +67,10 @@ def check(t: dict) -> list[str]:
   rise = lambda k: k in t and t[k]["last_quarter"] > t[k]["first_quarter"]
   if not rise("eval/accuracy"):
     failures.append("held-out accuracy did not rise")
-  if not (rise("designer/difficulty_bits") or rise("designer/difficulty")):
+  if "designer/difficulty_ref" in t:  # the pools' failure rate for the frozen warm policy
+    if not rise("designer/difficulty_ref"):
+      failures.append("difficulty against the frozen warm-started policy did not rise")
+  elif not (rise("designer/difficulty_bits") or rise("designer/difficulty")):
     failures.append("no difficulty proxy rose")
   return failures
 

@@ -77,3 +77,34 @@ def test_iterations_compile_once_per_variant_without_host_transfers(setup_state)
   for o in outs:
     assert np.isfinite(o["train/loss"])
     assert o["train/agent_samples"] <= G * setup.config.spade.plays
+  # every slot is played: its first valid attempt, else a fallback game (never credited)
+  for o in (outs[0], outs[2]):
+    rec = o["records"]
+    np.testing.assert_array_equal(rec["source_G"] == 0, rec["ok_G"])
+    assert np.all(rec["played_G"])
+    assert np.all(np.isin(rec["source_G"], [0, 1, 2]))
+    np.testing.assert_array_equal(rec["valid_G"], rec["ok_G"])
+
+
+def test_choose_slots_first_valid_attempt_then_won_previous_game_then_library():
+  T, F = True, False
+  ok_GK = np.array([[F, T, T], [F, F, F], [F, F, F], [T, F, F], [F, F, F]])
+  prev_valid_G = np.array([T, T, T, T, F])
+  prev_win_G = np.array([0.5, 0.25, 0.0, 0.0, 1.0])
+  s = jax.jit(iteration.choose_slots, static_argnums=3)(ok_GK, prev_valid_G, prev_win_G, True)
+  assert np.asarray(s.row_G).tolist() == [1, 3, 6, 9, 12]  # g * 3 + first valid (else 0)
+  assert np.asarray(s.designed_G).tolist() == [T, F, F, T, F]
+  # game 1: the previous game was won once -> replayed; game 2: never won -> library;
+  # game 4: the previous slot was not played (invalid) -> library
+  assert np.asarray(s.carried_G).tolist() == [F, T, F, F, F]
+  assert np.asarray(s.library_G).tolist() == [F, F, T, F, T]
+  assert [iteration.SOURCES[i] for i in np.asarray(s.source_G)] == [
+    "new",
+    "carried",
+    "library",
+    "new",
+    "library",
+  ]
+  off = iteration.choose_slots(ok_GK, prev_valid_G, prev_win_G, False)
+  assert not np.any(off.carried_G) and not np.any(off.library_G)
+  assert np.asarray(off.source_G).tolist() == [0, 3, 3, 0, 3]

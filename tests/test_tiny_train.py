@@ -55,6 +55,8 @@ def test_smoke_run_artifacts_and_metrics(smoke_run):
     "designer/valid_rate",
     "designer/difficulty",
     "designer/difficulty_bits",
+    "designer/difficulty_ref",  # the same pool played by the frozen warm-started policy
+    "designer/attempt_valid_rate",
     "train/loss",
     "eval/accuracy",
   ):
@@ -102,3 +104,30 @@ def test_run_py_smoke_resumes_and_sigkill_gives_identical_metrics(smoke_run, tmp
   got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
   want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
   assert got == want
+
+
+def test_designer_prompt_takes_a_memory_seed_of_its_skill():
+  """With memory on, a game's designer prompt carries one positive program of its skill (the
+  SPADE seed rule: win rate inside the learnable band), encoded in the designer language."""
+  from spade_jax.spade.memory import EnvMemory
+  from spade_jax.tiny.train import TinySetup
+
+  setup = TinySetup(smoke_config())
+  skill = setup.skills_of(0)[0]
+  from spade_jax.envs.library import FAMILIES
+
+  name = next(n for n in setup.train_families if FAMILIES[n].skill == skill)
+  tokens = setup.library.tokens[(name, 0)]
+  memory = EnvMemory()
+  memory.add(source=setup.lang.decode(tokens), skill=skill, win_rate=0.5, regret=0.25, step=0)
+  plain = setup.inputs(0, None)
+  seeded = setup.inputs(0, memory)
+  n_plain = int(plain.prompt_valid_GP[0].sum())
+  n_seeded = int(seeded.prompt_valid_GP[0].sum())
+  assert n_seeded == n_plain + len(tokens)
+  row = seeded.prompts_GP[0][seeded.prompt_valid_GP[0]].tolist()
+  assert any(row[i : i + len(tokens)] == list(tokens) for i in range(len(row)))
+  # a record outside the learnable band (never won) is not a seed
+  memory = EnvMemory()
+  memory.add(source=setup.lang.decode(tokens), skill=skill, win_rate=0.0, regret=0.0, step=0)
+  np.testing.assert_array_equal(setup.inputs(0, memory).prompts_GP, plain.prompts_GP)

@@ -14,12 +14,13 @@ from spade_jax.tiny.warmstart import warm_start
 REPO = Path(__file__).resolve().parents[1]
 
 
-def config(**train):
+def config(reference_plays=0, **train):
   sys.path.insert(0, str(REPO / "experiments" / "configs"))
   import tiny
 
   c = tiny.get_config("smoke")
   c.warm_start.steps = 6
+  c.designer.reference_plays = reference_plays
   c.train.update(train)
   return c
 
@@ -30,9 +31,9 @@ def _leaves_equal(a, b):
   )
 
 
-@pytest.mark.parametrize("kl_coef", [0.0, 0.05])
-def test_warm_start_trains_both_roles_and_sets_the_reference(kl_coef):
-  setup = TinySetup(config(kl_coef=kl_coef, schedule="cosine", min_lr_ratio=0.1))
+@pytest.mark.parametrize("kl_coef, reference_plays", [(0.0, 0), (0.05, 4)])
+def test_warm_start_trains_both_roles_and_sets_the_reference(kl_coef, reference_plays):
+  setup = TinySetup(config(reference_plays, kl_coef=kl_coef, schedule="cosine", min_lr_ratio=0.1))
   graphdef, state, _ = setup.init_state()
   before = jax.tree.map(np.asarray, state.params)
   assert (state.ref_params is not None) == (kl_coef > 0)
@@ -46,3 +47,11 @@ def test_warm_start_trains_both_roles_and_sets_the_reference(kl_coef):
     assert _leaves_equal(state.ref_params, state.params)
   else:
     assert state.ref_params is None
+
+
+def test_reference_plays_alone_keep_a_frozen_reference():
+  """The difficulty yardstick (designer/difficulty_ref) needs the reference policy even
+  without a KL term; the warm start then sets it (test above)."""
+  _, state, _ = TinySetup(config(4)).init_state()
+  assert state.ref_params is not None
+  assert _leaves_equal(state.ref_params, state.params)

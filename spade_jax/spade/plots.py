@@ -20,8 +20,8 @@ PANELS = {
     ],
   ),
   "difficulty.png": (
-    "Difficulty (unhinted failure rate of each new pool)",
-    ["designer/difficulty", "designer/pool_win_rate"],
+    "Difficulty (unhinted failure rate of each new pool; _ref: for the frozen warm policy)",
+    ["designer/difficulty", "designer/difficulty_ref", "designer/pool_win_rate"],
   ),
   "heldout_eval.png": (
     "Held-out evaluation",

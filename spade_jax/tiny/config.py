@@ -41,7 +41,9 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.spade.plays = 8
   c.spade.hint_plays = 4
   c.spade.regen_interval = 2
-  c.spade.memory = True
+  # memory seeds off: the tiny designer copies a seed's malformed fragments (with memory on, the
+  # valid rate of its attempts fell 0.59 -> 0.19 within 8 steps; off: 0.5-0.69, BUILD_NOTES)
+  c.spade.memory = False
   c.spade.reward_scale_cap = 1.0  # SPADE: 50 (designer vs agent token counts of big models)
   c.spade.active_skills = 3  # skills active per regeneration epoch (rotating window)
 
@@ -49,6 +51,11 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.designer.program_tokens = 160  # designer-language tokens per program (grammar-enforced)
   c.designer.prompt_len = 208  # designer prompt slots (skill + one memory seed program)
   c.designer.feasibility_seeds = 4  # the program's own answer must win on this many resets
+  c.designer.attempts = 4  # samples per game; the first valid one fills the slot
+  c.designer.fallback = True  # no valid attempt: replay the slot's last won game, else library
+  # plays of each new pool by the frozen warm-started policy: designer/difficulty_ref, the
+  # pool's failure rate against a yardstick that does not learn (0: not measured)
+  c.designer.reference_plays = 4
 
   c.agent = ml_collections.ConfigDict()
   c.agent.temperature = 1.0
@@ -61,7 +68,7 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.agent.feed_chunk = 16
 
   c.train = ml_collections.ConfigDict()
-  c.train.learning_rate = 5e-5
+  c.train.learning_rate = 2e-4
   c.train.schedule = "constant"  # or cosine / linear decay over the run's steps
   c.train.min_lr_ratio = 0.0  # decay floor, as a fraction of learning_rate
   c.train.warmup_steps = 0
@@ -113,6 +120,8 @@ def check_tiny_config(c) -> None:
   need(c.designer.program_tokens >= 32, "designer.program_tokens must be >= 32")
   need(c.checkpoint_every > 0, "checkpoint_every must be positive")
   need(c.warm_start.steps >= 0, "warm_start.steps must be >= 0")
+  need(c.designer.reference_plays >= 0, "designer.reference_plays must be >= 0")
+  need(c.designer.attempts > 0, "designer.attempts must be positive")
   need(c.designer.feasibility_seeds >= 0, "designer.feasibility_seeds must be >= 0")
   need(c.train.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
   need(c.train.kl_coef >= 0, "train.kl_coef must be >= 0")

@@ -6,13 +6,18 @@
   1. the previous pool's designer samples get their rewards from its whole replay window
      (`window.window_stats` + `rewards.designer_rewards`, the SPADE loop's own functions):
      delayed designer training by one regeneration interval;
-  2. the policy writes ``G`` new programs in the designer language (prefill + decode loop
-     under the `GrammarMask` logits processor, so every sample is well-formed and ends in
-     budget), `assemble_and_validate` turns them into ``EnvProgram`` arrays, runs
-     ``check_program`` and the validator's feasibility check (the program's own answer must
-     win on ``feasibility_seeds`` resets); rejected programs are replaced by a dummy, are never
-     credited and get no gradient (exactly like invalid Python in the real path). With the ``fixed`` reward the
-     pool is the ``inputs.fixed_programs`` instead (no designer sampling at all);
+  2. the policy writes ``attempts`` programs per game (``G * K`` samples in one batch) in the
+     designer language (prefill + decode loop under the `GrammarMask` logits processor, so
+     every sample is well-formed and ends in budget); `assemble_and_validate` turns them into
+     ``EnvProgram`` arrays, runs ``check_program`` and the validator's feasibility check (the
+     program's own answer must win on ``feasibility_seeds`` resets); each game takes its
+     first valid attempt (`choose_slots`). Rejected samples are never credited and get no
+     gradient (exactly like invalid Python in the real path). A game with no valid attempt
+     replays (``fallback``) the previous pool's game of its slot if the agent ever won it,
+     else a library training program, as the Python loop replays the previous pool or the
+     library seed pool when nothing validates; the agent trains on it, the designer is not
+     credited. With the ``fixed`` reward the pool is the ``inputs.fixed_programs`` instead
+     (no designer sampling at all);
   3. the agent plays each game ``P`` times without and ``H`` times with the hint on matched
      seeds (``envs.rollout.rollout``: the whole multi-turn episode in one ``while_loop``);
 * **replay step** (``regen=False``): only unhinted plays of the current pool, recorded at
@@ -25,9 +30,9 @@ Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mi
 ``jax.device_get`` (the only host sync of the iteration). Two compilations serve a whole run
 (`TRACES` counts traces: one per ``regen`` value).
 
-Differences from the Python-environment loop (documented, by design): one designer attempt
-per game (the grammar mask makes every sample well-formed, so a fresh-prompt retry would only
-retry ``check_program`` and feasibility failures); the hint is the program's own hint template, so there is no
+Differences from the Python-environment loop (documented, by design): the ``K`` attempts of a
+game are sampled at once from the same prompt (not one after another with fresh prompts), and
+the fallback is per slot; the hint is the program's own hint template, so there is no
 separate hint-writer call; the designer delay is exactly one regeneration interval; of the
 validator's extra checks, feasibility runs on device but the answer-leak check does not
 (determinism holds by construction: a program is a pure function of its key).
@@ -73,6 +78,7 @@ from spade_jax.tiny.language import (
 )
 
 TRACES: collections.Counter = collections.Counter()
+SOURCES = ("new", "carried", "library", "none")  # what a pool slot plays (records' "source")
 _F32 = jnp.float32
 
 
@@ -97,6 +103,9 @@ class TinySpec:
   agent_new_tokens: int = 12
   reward_scale: float = 1.0
   feasibility_seeds: int = 4  # resets on which a program's own answer must win (0: no check)
+  attempts: int = 1  # designer samples per game; the first valid one fills the slot
+  fallback: bool = True  # slots with no valid attempt replay a game (never credited)
+  reference_plays: int = 0  # plays of each new pool by the frozen reference policy (0: none)
 
   @property
   def design_len(self) -> int:
@@ -117,7 +126,8 @@ class PoolCarry:
   """Device state of the current pool carried between iterations (checkpointed)."""
 
   programs: EnvProgram  # [G]
-  valid_G: jax.Array  # bool: the program assembled and passed check_program
+  valid_G: jax.Array  # bool: the slot holds a playable game (designed or a fallback)
+  designed_G: jax.Array  # bool: the slot's game is this pool's valid designer program
   skill_G: jax.Array  # int32 skill index
   design_tokens_GT: jax.Array  # int32 prompt + program, left-aligned
   design_mask_GT: jax.Array  # float32 1 on sampled program tokens
@@ -147,6 +157,7 @@ def init_carry(spec: TinySpec, dummy: EnvProgram, num_skills: int) -> PoolCarry:
   return PoolCarry(
     programs=jax.tree.map(stack, dummy),
     valid_G=jnp.zeros((G,), bool),
+    designed_G=jnp.zeros((G,), bool),
     skill_G=jnp.zeros((G,), jnp.int32),
     design_tokens_GT=jnp.zeros((G, T), jnp.int32),
     design_mask_GT=jnp.zeros((G, T), _F32),
@@ -180,12 +191,12 @@ def _pack(valid_BS, *xs_BS):
   return tuple(jnp.zeros_like(x).at[rows, dest_BS].set(x, mode="drop") for x in xs_BS)
 
 
-def design(graphdef, params, inputs: StepInputs, key, spec: TinySpec):
-  """Samples one program per game under the grammar mask -> (packed prompt+program tokens,
-  mask, log-probs, program tokens ``[G, max_tokens + 1]``)."""
-  G, P = inputs.prompts_GP.shape
+def design(graphdef, params, prompts_BP, prompt_valid_BP, key, spec: TinySpec):
+  """Samples one program per prompt row under the grammar mask -> (packed prompt+program
+  tokens, mask, log-probs, program tokens ``[B, max_tokens + 1]``)."""
+  G, P = prompts_BP.shape
   processor = GrammarMask(spec.lang)
-  valid_GP = inputs.prompt_valid_GP
+  valid_GP = prompt_valid_BP
   pos_GP = jnp.maximum(jnp.cumsum(valid_GP, axis=1) - 1, 0)
   stop_GK = jnp.broadcast_to(
     jnp.asarray(spec.rollout.stop_ids, jnp.int32), (G, len(spec.rollout.stop_ids))
@@ -193,7 +204,7 @@ def design(graphdef, params, inputs: StepInputs, key, spec: TinySpec):
   state = prefill(
     graphdef,
     params,
-    inputs.prompts_GP,
+    prompts_BP,
     valid_GP,
     pos_GP,
     jnp.full((G,), P - 1, jnp.int32),
@@ -231,9 +242,21 @@ def _episode_keys(seed, step, games_B, plays_B):
   return jax.vmap(one)(games_B, plays_B)
 
 
-def play(graphdef, params, carry_programs, inputs: StepInputs, key, spec: TinySpec, hints: bool):
-  """Unhinted (then, with ``hints``, hinted) plays of every game -> `RolloutOutput`."""
-  G, P, H = spec.num_games, spec.plays, spec.hint_plays if hints else 0
+def play(
+  graphdef,
+  params,
+  carry_programs,
+  inputs: StepInputs,
+  key,
+  spec: TinySpec,
+  hints: bool,
+  plays: int | None = None,
+):
+  """``plays`` (default ``spec.plays``) unhinted (then, with ``hints``, ``spec.hint_plays``
+  hinted) plays of every game -> `RolloutOutput`. Play ``p`` of game ``g`` poses the same
+  problem instance whoever plays it (hinted or not, policy or reference)."""
+  G, H = spec.num_games, spec.hint_plays if hints else 0
+  P = spec.plays if plays is None else plays
   games = [g for g in range(G) for _ in range(P)] + [g for g in range(G) for _ in range(H)]
   plays_ = [p for _ in range(G) for p in range(P)] + [h for _ in range(G) for h in range(H)]
   games_B, plays_B = jnp.asarray(games, jnp.int32), jnp.asarray(plays_, jnp.int32)
@@ -291,6 +314,99 @@ def _concat(a, b):
   return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
 
 
+@struct.dataclass
+class Slots:
+  """Which game each pool slot plays (`choose_slots`)."""
+
+  row_G: jax.Array  # int32: the designer sample row (g * K + attempt) of the slot
+  designed_G: jax.Array  # bool: a valid designer attempt fills the slot
+  carried_G: jax.Array  # bool: replays the previous pool's game of the slot
+  library_G: jax.Array  # bool: plays the library program of the slot
+
+  @property
+  def source_G(self):
+    """Index into `SOURCES`."""
+    return jnp.where(
+      self.designed_G, 0, jnp.where(self.carried_G, 1, jnp.where(self.library_G, 2, 3))
+    )
+
+
+def choose_slots(ok_GK, prev_valid_G, prev_win_G, fallback: bool) -> Slots:
+  """First valid attempt of each game; with ``fallback``, a slot without one replays the
+  previous pool's game if it was played and the agent won it at least once in its window
+  (a pool that became unsolvable is not replayed), else the library program."""
+  G, K = ok_GK.shape
+  designed_G = jnp.any(ok_GK, axis=1)
+  row_G = jnp.arange(G) * K + jnp.argmax(ok_GK, axis=1)  # attempt 0 when none is valid
+  carried_G = fallback & ~designed_G & prev_valid_G & (prev_win_G > 0)
+  library_G = fallback & ~designed_G & ~carried_G
+  return Slots(row_G=row_G, designed_G=designed_G, carried_G=carried_G, library_G=library_G)
+
+
+def new_pool(
+  graphdef, params, carry: PoolCarry, prev_stats, inputs: StepInputs, key, k_feasible, spec
+):
+  """The designer's new pool: ``attempts`` samples per game (one batch of ``G * K`` rows),
+  each assembled and validated on device; a game's slot takes its first valid attempt (the
+  Python loop's fresh attempts). With ``fallback``, a slot with no valid attempt replays the
+  previous pool's game in that slot if the agent ever won it, else the library program of
+  ``inputs.fixed_programs`` (the Python loop replays the previous pool, at the start the
+  library seed pool); such games are played and trained on by the agent but never credited
+  to the designer. Returns a dict of the pool's arrays, records and metrics."""
+  G, K = spec.num_games, spec.attempts
+  rep = lambda x: jnp.repeat(x, K, axis=0)  # row g * K + k: attempt k of game g
+  tokens, mask, logprobs, program_BT = design(
+    graphdef, params, rep(inputs.prompts_GP), rep(inputs.prompt_valid_GP), key, spec
+  )
+  programs_B, ok_B, reason_B = assemble_and_validate(
+    spec.lang, program_BT, k_feasible, spec.feasibility_seeds
+  )
+  slots = choose_slots(ok_B.reshape(G, K), carry.valid_G, prev_stats.win_rate_G, spec.fallback)
+  pick = lambda x: x[slots.row_G]
+  designed_G, carried_G, library_G = slots.designed_G, slots.carried_G, slots.library_G
+  programs = jax.tree.map(pick, programs_B)
+  old = jax.tree.map(
+    lambda p, f: jnp.where(_rows(carried_G, p), p, f), carry.programs, inputs.fixed_programs
+  )
+  programs = jax.tree.map(lambda n, o: jnp.where(_rows(designed_G, n), n, o), programs, old)
+  played_G = designed_G | carried_G | library_G
+  program_GT = pick(program_BT)
+  metrics = {
+    "designer/valid_rate": jnp.mean(designed_G.astype(_F32)),
+    "designer/attempt_valid_rate": jnp.mean(ok_B.astype(_F32)),
+    "designer/infeasible_rate": jnp.mean((reason_B == INFEASIBLE).astype(_F32)),
+    "designer/program_tokens": jnp.mean(jnp.sum(program_BT != 0, axis=1).astype(_F32)),
+    "agent/pool_carried": jnp.mean(carried_G.astype(_F32)),
+    "agent/pool_library": jnp.mean(library_G.astype(_F32)),
+  }
+  records = dict(
+    program_GT=program_GT,
+    ok_G=designed_G,
+    reason_G=pick(reason_B),
+    source_G=slots.source_G,
+  )
+  return dict(
+    programs=programs,
+    designed_G=designed_G,
+    played_G=played_G,
+    tokens=pick(tokens),
+    mask=pick(mask),
+    logprobs=pick(logprobs),
+    records=records,
+    metrics=metrics,
+  )
+
+
+def _mean_or_nan(x, where):
+  """Mean of ``x`` over ``where`` (NaN when empty: the host logs no value for that step)."""
+  n = jnp.sum(where)
+  return jnp.where(n > 0, jnp.sum(jnp.where(where, x, 0.0)) / jnp.maximum(n, 1), jnp.nan)
+
+
+def _rows(flag_G, x):
+  return flag_G.reshape((-1,) + (1,) * (x.ndim - 1))
+
+
 def _iterate(
   graphdef, state: TrainState, carry: PoolCarry, inputs: StepInputs, spec: TinySpec, regen: bool
 ):
@@ -299,20 +415,22 @@ def _iterate(
   key = jax.random.fold_in(jax.random.PRNGKey(inputs.seed), inputs.step)
   k_design, k_play = jax.random.split(key)
   k_feasible = jax.random.fold_in(key, 7)
+  k_ref = jax.random.fold_in(key, 11)
   out = {}
   T = spec.seq_len
 
   # 1. delayed designer rewards of the previous pool (its window is complete)
+  prev_stats = window_stats(carry.window, spec.reward.win_threshold) if regen else None
   if regen and spec.trains_designer:
     r = rewards.designer_rewards(
-      window_stats(carry.window, spec.reward.win_threshold),
+      prev_stats,
       carry.skill_G,
-      carry.valid_G,
+      carry.designed_G,
       carry.tracker,
       spec.reward_scale,
       spec.reward,
     )
-    trained_G = carry.valid_G & carry.has_samples
+    trained_G = carry.designed_G & carry.has_samples
     designer_rows = _trajectories(
       carry.design_tokens_GT,
       carry.design_mask_GT,
@@ -355,25 +473,23 @@ def _iterate(
   # 2. a new pool
   if regen:
     if spec.trains_designer:
-      tokens, mask, logprobs, program_GT = design(graphdef, state.params, inputs, k_design, spec)
-      programs, ok_G, reason_G = assemble_and_validate(
-        spec.lang, program_GT, k_feasible, spec.feasibility_seeds
-      )
-      out["records"] = dict(program_GT=program_GT, ok_G=ok_G, reason_G=reason_G)
-      out["designer/valid_rate"] = jnp.mean(ok_G.astype(_F32))
-      out["designer/infeasible_rate"] = jnp.mean((reason_G == INFEASIBLE).astype(_F32))
-      out["designer/program_tokens"] = jnp.mean(jnp.sum(program_GT != 0, axis=1).astype(_F32))
+      pool = new_pool(graphdef, state.params, carry, prev_stats, inputs, k_design, k_feasible, spec)
+      programs, designed_G, played_G = pool["programs"], pool["designed_G"], pool["played_G"]
+      tokens, mask, logprobs = pool["tokens"], pool["mask"], pool["logprobs"]
+      out["records"] = pool["records"]
+      out.update(pool["metrics"])
     else:
-      programs, ok_G = inputs.fixed_programs, jnp.ones((G,), bool)
+      programs, played_G = inputs.fixed_programs, jnp.ones((G,), bool)
+      designed_G = jnp.zeros((G,), bool)
       tokens = jnp.zeros((G, spec.design_len), jnp.int32)
       mask = logprobs = jnp.zeros((G, spec.design_len), _F32)
+    scored_G = designed_G if spec.trains_designer else played_G
     bits_G = difficulty_bits(programs)
-    out["designer/difficulty_bits"] = jnp.sum(jnp.where(ok_G, bits_G, 0.0)) / jnp.maximum(
-      jnp.sum(ok_G), 1
-    )
+    out["designer/difficulty_bits"] = _mean_or_nan(bits_G, scored_G)
     carry = carry.replace(
       programs=programs,
-      valid_G=ok_G,
+      valid_G=played_G,
+      designed_G=designed_G,
       skill_G=inputs.skill_G,
       design_tokens_GT=tokens,
       design_mask_GT=mask,
@@ -411,13 +527,25 @@ def _iterate(
     window = record_hint_plays(window, ret_GH, valid_GH, carry.valid_G & jnp.any(crashed_GH, 1))
     n_hint = jnp.maximum(jnp.sum(valid_GH), 1)
     out["agent/solve_rate_hint"] = jnp.sum((ret_GH >= 1.0) & valid_GH) / n_hint
-    out["designer/difficulty"] = 1.0 - out["agent/solve_rate"]
+    # the designer's difficulty proxy: unhinted failure rate of its own games (fallbacks excluded)
+    scored_G = carry.designed_G if spec.trains_designer else carry.valid_G
+    scored_GP = scored_G[:, None] & valid_GP
+    out["designer/difficulty"] = _mean_or_nan(~solved_GP, scored_GP)
+    if spec.reference_plays:
+      # the same pool (and the first problem instances) played by the frozen reference policy
+      # (the warm-started one): the pool's difficulty against a yardstick that does not learn
+      R = spec.reference_plays
+      ref = play(graphdef, state.ref_params, carry.programs, inputs, k_ref, spec, False, R)
+      ret_GR = rewards.episode_returns(ref.reward_B, ref.terminated_B).reshape(G, R)
+      ok_GR = scored_G[:, None] & ~ref.crashed_B.reshape(G, R)
+      out["designer/difficulty_ref"] = _mean_or_nan(ret_GR < 1.0, ok_GR)
     out["records"] = dict(
       out.get("records", {}),
       win_G=jnp.sum(solved_GP, 1) / jnp.maximum(jnp.sum(valid_GP, 1), 1),
       hint_win_G=jnp.sum((ret_GH >= 1.0) & valid_GH, 1) / jnp.maximum(jnp.sum(valid_GH, 1), 1),
       bits_G=difficulty_bits(carry.programs),
-      valid_G=carry.valid_G,
+      valid_G=carry.designed_G if spec.trains_designer else carry.valid_G,
+      played_G=carry.valid_G,
     )
   carry = carry.replace(window=window)
 

@@ -34,6 +34,7 @@ from spade_jax.spade.skills import NUM_SKILLS
 from spade_jax.tiny import iteration
 from spade_jax.tiny.config import check_tiny_config
 from spade_jax.tiny.heldout import LibraryPrograms, TinyHeldout, training_settings
+from spade_jax.tiny.iteration import SOURCES
 from spade_jax.tiny.language import REASONS, TINY_CONFIG, Language
 from spade_jax.tiny.tokenizer import load_tiny_tokenizer
 
@@ -113,6 +114,9 @@ class TinySetup:
       agent_turns=c.agent.max_turns,
       agent_new_tokens=c.agent.max_new_tokens,
       feasibility_seeds=c.designer.feasibility_seeds,
+      attempts=c.designer.attempts,
+      fallback=c.designer.fallback,
+      reference_plays=c.designer.reference_plays,
       reward_scale=rewards.reward_scale(
         s.num_games * s.plays, s.num_games, s.regen_interval, s.reward_scale_cap
       ),
@@ -137,7 +141,8 @@ class TinySetup:
       model,
       make_optimizer(self.opt_cfg),
       seed=self.config.seed,
-      with_reference=self.config.train.kl_coef > 0,  # the warm start then replaces it
+      # the warm start then replaces it with the warm-started policy
+      with_reference=self.config.train.kl_coef > 0 or self.config.designer.reference_plays > 0,
     )
     first = self.library.by_family[self.train_families[0]]
     carry = iteration.init_carry(self.spec, first[min(first)], NUM_SKILLS)
@@ -195,7 +200,9 @@ class TinySetup:
 
 
 def _scalars(out: dict) -> dict:
-  return {k: float(v) for k, v in out.items() if "/" in k and np.ndim(v) == 0}
+  """The scalar metrics of one step's outputs; NaN marks "no value this step" (e.g. the
+  difficulty of a pool without designer games) and is left out."""
+  return {k: float(v) for k, v in out.items() if "/" in k and np.ndim(v) == 0 and np.isfinite(v)}
 
 
 def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: dict) -> None:
@@ -246,6 +253,7 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
       program=text,
       win_rate_offset0=float(rec["win_G"][g]),
       hint_win_rate=float(rec["hint_win_G"][g]),
+      source=SOURCES[int(rec["source_G"][g])] if "source_G" in rec else "library",
       difficulty_bits=float(rec["bits_G"][g]),
     )
     file = f"step{step:06d}_game{g:02d}.json"

@@ -1,0 +1,49 @@
+"""benchmarks/tiny_trends.py: first- vs last-quarter trends and the acceptance check, on
+synthetic runs and on the recorded default run in docs/tiny/."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("tiny_trends", REPO / "benchmarks/tiny_trends.py")
+tiny_trends = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_trends)
+
+
+def _run(tmp_path, acc, ref, valid0=0.75):
+  rows = []
+  for step in range(len(acc)):
+    r = {"step": step, "eval/accuracy": acc[step], "designer/difficulty_ref": ref[step]}
+    if step == 0:
+      r["designer/valid_rate"] = valid0
+    rows.append(r)
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  return tiny_trends.trends(path)
+
+
+def test_quarters_are_means_of_the_first_and_last_quarter(tmp_path):
+  t = _run(tmp_path, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], [0.5] * 8)
+  assert t["eval/accuracy"] == {"first_quarter": 0.15, "last_quarter": 0.75}
+  assert t["first_valid_rate"] == 0.75
+
+
+@pytest.mark.parametrize(
+  "acc, ref, valid0, failures",
+  [
+    ([0.1, 0.1, 0.2, 0.2], [0.5, 0.5, 0.6, 0.6], 0.5, []),
+    ([0.2, 0.2, 0.1, 0.1], [0.5, 0.5, 0.6, 0.6], 0.5, ["held-out accuracy did not rise"]),
+    ([0.1, 0.1, 0.2, 0.2], [0.6, 0.6, 0.6, 0.6], 0.5, ["frozen warm-started policy"]),
+    ([0.1, 0.1, 0.2, 0.2], [0.5, 0.5, 0.6, 0.6], 0.0, ["no valid designer program"]),
+  ],
+)
+def test_check_requires_valid_programs_rising_heldout_and_harder_pools(
+  tmp_path, acc, ref, valid0, failures
+):
+  got = tiny_trends.check(_run(tmp_path, acc, ref, valid0))
+  assert len(got) == len(failures)
+  for g, f in zip(got, failures):
+    assert f in g
