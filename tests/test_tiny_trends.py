@@ -27,7 +27,10 @@ def _run(tmp_path, acc, ref, valid0=0.75):
 
 def test_quarters_are_means_of_the_first_and_last_quarter(tmp_path):
   t = _run(tmp_path, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], [0.5] * 8)
-  assert t["eval/accuracy"] == {"first_quarter": 0.15, "last_quarter": 0.75}
+  assert t["eval/accuracy"]["first_quarter"] == 0.15
+  assert t["eval/accuracy"]["last_quarter"] == 0.75
+  assert t["eval/accuracy"]["stderr"] == pytest.approx(0.0707, abs=1e-4)  # sqrt(2 * 0.005 / 2)
+  assert t["designer/difficulty_ref"]["stderr"] == 0
   assert t["first_valid_rate"] == 0.75
 
 
@@ -38,6 +41,13 @@ def test_quarters_are_means_of_the_first_and_last_quarter(tmp_path):
     ([0.2, 0.2, 0.1, 0.1], [0.5, 0.5, 0.6, 0.6], 0.5, ["held-out accuracy did not rise"]),
     ([0.1, 0.1, 0.2, 0.2], [0.6, 0.6, 0.6, 0.6], 0.5, ["frozen warm-started policy"]),
     ([0.1, 0.1, 0.2, 0.2], [0.5, 0.5, 0.6, 0.6], 0.0, ["no valid designer program"]),
+    # a rise within the noise of the quarters is not a rise
+    (
+      [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2],
+      [0.4, 0.8, 0.4, 0.8, 0.4, 0.8, 0.5, 0.8],
+      0.5,
+      ["frozen warm-started policy"],
+    ),
   ],
 )
 def test_check_requires_valid_programs_rising_heldout_and_harder_pools(

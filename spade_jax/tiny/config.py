@@ -84,7 +84,7 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.train.kl_coef = 0.0  # KL (k3) to the warm-started policy; 0: no reference forward
 
   c.warm_start = ml_collections.ConfigDict()  # supervised phase standing in for pretraining
-  c.warm_start.steps = 300  # 0: start from random weights
+  c.warm_start.steps = 600  # 0: start from random weights
   c.warm_start.batch = 32
   c.warm_start.learning_rate = 3e-3
   c.warm_start.max_level = 0  # library levels used (0: the easiest setting of each family)
