@@ -9,7 +9,8 @@ pool baseline: no designer sampling, no designer training). Runs go to ``--out/V
 resumes/skips finished runs). The table reports the held-out accuracy after the last step
 (mean ± std over seeds), its change from step 0 (after the warm start, before any SPADE step),
 the final difficulty proxies of the designer's pools (bits of task randomness of valid
-programs; unhinted failure rate of each new pool) and the designer's valid rate, each averaged
+programs; unhinted failure rate of each new pool for the current agent and for the frozen
+warm-started policy) and the designer's valid rate, each averaged
 over the last quarter of the run's regeneration steps.
 """
 
@@ -64,6 +65,7 @@ def summarise(workdir: Path) -> dict:
     "heldout_first": evals[0]["eval/accuracy"] if evals else float("nan"),
     "bits": mean("designer/difficulty_bits", last_q),
     "difficulty": mean("designer/difficulty", last_q),
+    "difficulty_ref": mean("designer/difficulty_ref", last_q),
     "valid_rate": mean("designer/valid_rate", last_q),
     "solve_rate": mean("agent/solve_rate", last_q),
   }
@@ -72,19 +74,21 @@ def summarise(workdir: Path) -> dict:
 def table(results: dict) -> str:
   lines = [
     "| designer reward | held-out acc. (final) | change from step 0 | difficulty bits "
-    "| pool failure rate | designer valid rate | seeds |",
-    "|---|---|---|---|---|---|---|",
+    "| pool failure rate | failure rate, frozen policy | designer valid rate | seeds |",
+    "|---|---|---|---|---|---|---|---|",
   ]
   for variant, runs in results.items():
     acc = np.array([r["heldout_final"] for r in runs])
     gain = np.array([r["heldout_final"] - r["heldout_first"] for r in runs])
     bits = np.array([r["bits"] for r in runs])
     diff = np.array([r["difficulty"] for r in runs])
+    ref = np.array([r.get("difficulty_ref", float("nan")) for r in runs])
     valid = np.array([r["valid_rate"] for r in runs])
     fmt = lambda a: f"{np.nanmean(a):.3f} ± {np.nanstd(a):.3f}"
     valid_s = "n/a (no designer)" if variant == "fixed" else fmt(valid)
     lines.append(
-      f"| {variant} | {fmt(acc)} | {fmt(gain)} | {fmt(bits)} | {fmt(diff)} | {valid_s} "
+      f"| {variant} | {fmt(acc)} | {fmt(gain)} | {fmt(bits)} | {fmt(diff)} | {fmt(ref)} "
+      f"| {valid_s} "
       f"| {len(runs)} |"
     )
   return "\n".join(lines)
