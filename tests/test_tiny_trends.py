@@ -1,5 +1,5 @@
 """benchmarks/tiny_trends.py: first- vs last-quarter trends and the acceptance check, on
-synthetic runs and on the recorded default run in docs/tiny/."""
+synthetic runs (the recorded default run in docs/tiny/ is checked by running the script)."""
 
 import importlib.util
 import json
