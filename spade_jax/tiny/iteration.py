@@ -194,22 +194,21 @@ def _pack(valid_BS, *xs_BS):
 def design(graphdef, params, prompts_BP, prompt_valid_BP, key, spec: TinySpec):
   """Samples one program per prompt row under the grammar mask -> (packed prompt+program
   tokens, mask, log-probs, program tokens ``[B, max_tokens + 1]``)."""
-  G, P = prompts_BP.shape
+  B, P = prompts_BP.shape
   processor = GrammarMask(spec.lang)
-  valid_GP = prompt_valid_BP
-  pos_GP = jnp.maximum(jnp.cumsum(valid_GP, axis=1) - 1, 0)
-  stop_GK = jnp.broadcast_to(
-    jnp.asarray(spec.rollout.stop_ids, jnp.int32), (G, len(spec.rollout.stop_ids))
+  pos_BP = jnp.maximum(jnp.cumsum(prompt_valid_BP, axis=1) - 1, 0)
+  stop_BS = jnp.broadcast_to(
+    jnp.asarray(spec.rollout.stop_ids, jnp.int32), (B, len(spec.rollout.stop_ids))
   )
   state = prefill(
     graphdef,
     params,
     prompts_BP,
-    valid_GP,
-    pos_GP,
-    jnp.full((G,), P - 1, jnp.int32),
-    jnp.full((G,), spec.lang.max_tokens + 1, jnp.int32),
-    stop_GK,
+    prompt_valid_BP,
+    pos_BP,
+    jnp.full((B,), P - 1, jnp.int32),
+    jnp.full((B,), spec.lang.max_tokens + 1, jnp.int32),
+    stop_BS,
     key,
     cache_size=spec.design_len,
     chunk=P,
@@ -217,18 +216,18 @@ def design(graphdef, params, prompts_BP, prompt_valid_BP, key, spec: TinySpec):
     processor=processor,
   )
   sampling = SamplingParams(
-    temperature_B=jnp.full((G,), spec.temperature, _F32),
-    top_p_B=jnp.full((G,), spec.top_p, _F32),
-    top_k_B=jnp.full((G,), spec.top_k, jnp.int32),
-    min_p_B=jnp.zeros((G,), _F32),
-    greedy_B=jnp.zeros((G,), bool),
+    temperature_B=jnp.full((B,), spec.temperature, _F32),
+    top_p_B=jnp.full((B,), spec.top_p, _F32),
+    top_k_B=jnp.full((B,), spec.top_k, jnp.int32),
+    min_p_B=jnp.zeros((B,), _F32),
+    greedy_B=jnp.zeros((B,), bool),
   )
   state = run_loop(graphdef, params, state, sampling, processor)
-  program_GT = jnp.where(state.loss_mask_BS[:, P:], state.tokens_BS[:, P:], 0)
+  program_BT = jnp.where(state.loss_mask_BS[:, P:], state.tokens_BS[:, P:], 0)
   tokens, mask, logprobs = _pack(
     state.cache.valid_BS, state.tokens_BS, state.loss_mask_BS.astype(_F32), state.logprobs_BS
   )
-  return tokens, mask, jnp.where(mask > 0, logprobs, 0.0), program_GT
+  return tokens, mask, jnp.where(mask > 0, logprobs, 0.0), program_BT
 
 
 def _episode_keys(seed, step, games_B, plays_B):
@@ -376,6 +375,8 @@ def new_pool(
     "designer/attempt_valid_rate": jnp.mean(ok_B.astype(_F32)),
     "designer/infeasible_rate": jnp.mean((reason_B == INFEASIBLE).astype(_F32)),
     "designer/program_tokens": jnp.mean(jnp.sum(program_BT != 0, axis=1).astype(_F32)),
+    # mean sampling NLL per program token over all attempts: how spread the designer's samples are
+    "designer/token_nll": -jnp.sum(logprobs * mask) / jnp.maximum(jnp.sum(mask), 1.0),
     "agent/pool_carried": jnp.mean(carried_G.astype(_F32)),
     "agent/pool_library": jnp.mean(library_G.astype(_F32)),
   }
@@ -483,9 +484,6 @@ def _iterate(
       designed_G = jnp.zeros((G,), bool)
       tokens = jnp.zeros((G, spec.design_len), jnp.int32)
       mask = logprobs = jnp.zeros((G, spec.design_len), _F32)
-    scored_G = designed_G if spec.trains_designer else played_G
-    bits_G = difficulty_bits(programs)
-    out["designer/difficulty_bits"] = _mean_or_nan(bits_G, scored_G)
     carry = carry.replace(
       programs=programs,
       valid_G=played_G,
@@ -497,6 +495,10 @@ def _iterate(
       has_samples=jnp.asarray(spec.trains_designer),
       window=jax.tree.map(jnp.zeros_like, carry.window),
     )
+    # the games the difficulty proxies score: the designer's own (fallbacks excluded), or every
+    # played game of the fixed pool
+    scored_G = carry.designed_G if spec.trains_designer else carry.valid_G
+    out["designer/difficulty_bits"] = _mean_or_nan(difficulty_bits(programs), scored_G)
   carry = carry.replace(tracker=tracker)
 
   # 3. plays
@@ -527,8 +529,7 @@ def _iterate(
     window = record_hint_plays(window, ret_GH, valid_GH, carry.valid_G & jnp.any(crashed_GH, 1))
     n_hint = jnp.maximum(jnp.sum(valid_GH), 1)
     out["agent/solve_rate_hint"] = jnp.sum((ret_GH >= 1.0) & valid_GH) / n_hint
-    # the designer's difficulty proxy: unhinted failure rate of its own games (fallbacks excluded)
-    scored_G = carry.designed_G if spec.trains_designer else carry.valid_G
+    # the designer's difficulty proxy: unhinted failure rate of the scored games
     scored_GP = scored_G[:, None] & valid_GP
     out["designer/difficulty"] = _mean_or_nan(~solved_GP, scored_GP)
     if spec.reference_plays:
