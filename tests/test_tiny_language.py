@@ -30,7 +30,7 @@ from spade_jax.tiny.language import (
   first_templates_device,
   tiny_library,
 )
-from spade_jax.tiny.tokenizer import load_tiny_tokenizer
+from spade_jax.tiny.tokenizer import BOXED, load_tiny_tokenizer
 
 CFG = TINY_CONFIG
 
@@ -203,6 +203,31 @@ def test_assembled_programs_run_in_the_interpreter(setup):
   assert (st_d.fault == 0).all() and (st_d.terminated | st_d.truncated).all()
   text = tok.decode(obs_d.ids[0][: obs_d.length[0]])
   assert text.startswith("Compute ") and text.endswith("Answer with \\boxed{N}.")
+
+
+def test_answer_hints_show_each_library_programs_answer(setup):
+  """``hints="answer"``: the same library, each hint rendering ``The answer is <answer>.``
+  where ``<answer>`` is the declared solution's text (scalar or list), for every program."""
+  tok, lang, lib = setup[:3]
+  answer = tiny_library(lang, "answer")
+  assert [k[:2] for k in answer] == [k[:2] for k in lib]
+  hosts = [assemble(lang.decode(t), tok, CFG) for *_, t in answer]
+  env = ProgramEnv(CFG)
+  keys = jax.random.split(jax.random.PRNGKey(3), len(hosts))
+
+  @jax.jit
+  def render(keys, progs):
+    _, st = jax.vmap(env.reset)(keys, progs)
+    return jax.vmap(env.render_hint)(st, progs), jax.vmap(env.render_solution)(st, progs)
+
+  hint, sol = jax.device_get(render(keys, stack_programs(hosts)))
+  for i, (name, level, _) in enumerate(answer):
+    h = tok.decode(hint.ids[i][: hint.length[i]])
+    s = tok.decode(sol.ids[i][: sol.length[i]])
+    assert s.startswith(BOXED) and s.endswith("}"), (name, level, s)
+    assert h == "The answer is " + s[len(BOXED) : -1] + ".", (name, level, h, s)
+  with pytest.raises(ValueError, match="hints must be one of"):
+    tiny_library(lang, "prose")
 
 
 def test_language_is_a_hashable_static_argument(setup):

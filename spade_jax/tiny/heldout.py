@@ -50,9 +50,9 @@ class LibraryPrograms:
   texts: dict  # (name, level) -> assembly text
 
   @classmethod
-  def build(cls, lang, tok) -> LibraryPrograms:
+  def build(cls, lang, tok, hints: str = "library") -> LibraryPrograms:
     by_family, tokens, texts = {}, {}, {}
-    for name, level, toks in tiny_library(lang):
+    for name, level, toks in tiny_library(lang, hints):
       text = lang.decode(toks)
       by_family.setdefault(name, {})[level] = assembly.assemble(text, tok, lang.cfg)
       tokens[(name, level)], texts[(name, level)] = list(toks), text

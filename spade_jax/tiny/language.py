@@ -385,18 +385,46 @@ def rename_registers(text: str) -> str:
   return "\n".join(lines) + "\n"
 
 
-def tiny_library(lang: Language) -> list[tuple[str, int, list[int]]]:
+HINTS = ("library", "answer")
+ANSWER_HINT = ("The answer is ", ".")
+
+
+def answer_hint(text: str) -> str:
+  """``text`` (an assembly program) with its hint replaced by one that shows the answer:
+  ``hint "The answer is " <answer register or list> "."`` (inserted after ``obs`` when the
+  program has no hint). The strongest hint the language can state: with it, hinted play is a
+  copy, so regret measures how far the unhinted agent is from a game it could be taught."""
+  lines = [line for line in text.splitlines() if line.split()[:1] != ["hint"]]
+  answer = next(line.split()[1] for line in lines if line.split()[:1] == ["answer"])
+  head, tail = (json.dumps(t) for t in ANSWER_HINT)
+  at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["obs"]) + 1
+  return "\n".join(lines[:at] + [f"hint {head} {answer} {tail}"] + lines[at:]) + "\n"
+
+
+def tiny_library(lang: Language, hints: str = "library") -> list[tuple[str, int, list[int]]]:
   """``(family, level index, tokens)`` for every library family/level that the language and
-  ``lang.cfg`` express within ``lang.max_tokens`` (see the module docstring)."""
+  ``lang.cfg`` express within ``lang.max_tokens`` (see the module docstring). ``hints``:
+  ``"library"`` keeps each family's prose hint, ``"answer"`` replaces it (`answer_hint`)."""
   from spade_jax.envs.library import FAMILIES
 
   out = []
   for name, fam in FAMILIES.items():
     for level_index, level in enumerate(fam.levels):
-      try:
-        tokens = lang.encode(rename_registers(fam.program(**level)))
-      except ValueError:
-        continue
-      if len(tokens) <= lang.max_tokens:
+      tokens = library_tokens(lang, fam.program(**level), hints)
+      if tokens is not None:
         out.append((name, level_index, tokens))
   return out
+
+
+def library_tokens(lang: Language, text: str, hints: str = "library") -> list[int] | None:
+  """A library generator's assembly ``text`` as designer tokens (registers renumbered, the
+  hint per ``hints``), or None if the language or ``lang.max_tokens`` cannot express it."""
+  if hints not in HINTS:
+    raise ValueError(f"hints must be one of {HINTS}, got {hints!r}")
+  if hints == "answer":
+    text = answer_hint(text)
+  try:
+    tokens = lang.encode(rename_registers(text))
+  except ValueError:
+    return None
+  return tokens if len(tokens) <= lang.max_tokens else None
