@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
+from spade_jax.tiny.heldout import training_settings
 from spade_jax.tiny.train import TinySetup
-from spade_jax.tiny.warmstart import warm_start
+from spade_jax.tiny.warmstart import designer_examples, warm_start
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,14 @@ def test_warm_start_trains_both_roles_and_sets_the_reference(kl_coef, reference_
   before = jax.tree.map(np.asarray, state.params)
   assert (state.ref_params is not None) == (kl_coef > 0)
   state, m = warm_start(graphdef, state, setup)
-  assert m["warm/oracle_solve_rate"] == 1.0
+  assert m["warm/oracle_solve_rate"] == 1.0  # library programs and difficulty variants alike
+  n_var, c = m["warm/variants"], setup.config.warm_start
+  assert len(setup.train_families) <= n_var <= c.variants * len(setup.train_families)
+  assert m["warm/designer_examples"] == len(designer_examples(setup)) + n_var
+  n_lib = len(training_settings(setup.library, c.max_level))
+  assert m["warm/agent_examples"] == 2 * (
+    n_lib * c.episodes_per_program + n_var * c.variant_episodes
+  )
   assert m["warm/designer_nll_last"] < m["warm/designer_nll_first"]
   assert m["warm/agent_nll_last"] < m["warm/agent_nll_first"]
   assert int(state.step) == 0  # the RL schedule starts at its beginning

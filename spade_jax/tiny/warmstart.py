@@ -33,12 +33,24 @@ from spade_jax.rl import losses
 from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
 from spade_jax.rl.update import train_step
 from spade_jax.tiny.heldout import training_settings
+from spade_jax.tiny.variants import checked_variants, library_variants
 
 
-def designer_examples(setup) -> list[tuple[list[int], list[int]]]:
+def training_variants(setup, seed: int):
+  """The warm start's checked difficulty variants (`tiny.variants`) of the training
+  families: ``[(Variant, host EnvProgram)]``."""
+  c = setup.config.warm_start
+  found = library_variants(
+    setup.lang, setup.train_families, c.variants, seed, setup.config.designer.library_hints
+  )
+  return checked_variants(setup.lang, setup.tok, found, jax.random.PRNGKey(seed))
+
+
+def designer_examples(setup, variants=()) -> list[tuple[list[int], list[int]]]:
   """``(prompt, response)`` token lists: each training program written for its skill, once
   with the plain prompt and once with another program of the same skill as the memory seed
-  (the prompt format the loop uses once its memory holds programs)."""
+  (the prompt format the loop uses once its memory holds programs); then each of the
+  ``variants`` written for its skill (plain prompt)."""
   stop = setup.tok.eos_ids[0]
   train = training_settings(setup.library, setup.config.warm_start.max_level)
   out = []
@@ -52,11 +64,14 @@ def designer_examples(setup) -> list[tuple[list[int], list[int]]]:
       prompt = setup.designer_prompt(skill, seed)
       if len(prompt) > len(setup.designer_prompt(skill)):  # the seed fitted
         out.append((prompt, toks))
+  for v, _ in variants:
+    out.append((setup.designer_prompt(FAMILIES[v.family].skill), list(v.tokens) + [stop]))
   return out
 
 
-def agent_examples(graphdef, params, setup, seed: int):
-  """Oracle episodes of the training programs -> host `EpisodeResult`."""
+def agent_examples(graphdef, params, setup, seed: int, variants=()):
+  """Oracle episodes of the training programs (``episodes_per_program`` each, hinted and
+  not) and of the ``variants`` (``variant_episodes`` each) -> host `EpisodeResult`."""
   from flax import nnx
 
   c = setup.config
@@ -79,10 +94,15 @@ def agent_examples(graphdef, params, setup, seed: int):
   )
   programs, seeds, hints = [], [], []
   rng = np.random.default_rng([seed, 5])
-  for name, level in training_settings(setup.library, c.warm_start.max_level):
+  settings = training_settings(setup.library, c.warm_start.max_level)
+  sources = [
+    (setup.library.by_family[n][lv], c.warm_start.episodes_per_program) for n, lv in settings
+  ]
+  sources += [(program, c.warm_start.variant_episodes) for _, program in variants]
+  for program, n in sources:
     for hinted in (False, True):
-      for _ in range(c.warm_start.episodes_per_program):
-        programs.append(setup.library.by_family[name][level])
+      for _ in range(n):
+        programs.append(program)
         seeds.append(int(rng.integers(2**31)))
         hints.append(hinted)
   out = device(programs, seeds, hints, oracle=True, params=params)
@@ -119,8 +139,9 @@ def sft_rows(designer, episodes) -> tuple[trajectories.Trajectories, trajectorie
 def warm_start(graphdef, state, setup):
   """Runs ``config.warm_start.steps`` supervised steps; returns ``(state, metrics)``."""
   c = setup.config
-  designer = designer_examples(setup)
-  episodes = agent_examples(graphdef, state.params, setup, c.seed)
+  variants = training_variants(setup, c.seed)
+  designer = designer_examples(setup, variants)
+  episodes = agent_examples(graphdef, state.params, setup, c.seed, variants)
   d_rows, a_rows = sft_rows(designer, episodes)
   opt_cfg = dataclasses.replace(
     setup.opt_cfg, learning_rate=c.warm_start.learning_rate, schedule="constant", decay_steps=0
@@ -151,6 +172,7 @@ def warm_start(graphdef, state, setup):
   )
   metrics = {
     "warm/steps": c.warm_start.steps,
+    "warm/variants": len(variants),
     "warm/designer_examples": d_rows.batch_size,
     "warm/agent_examples": a_rows.batch_size,
     "warm/oracle_solve_rate": float(np.mean(episodes.solved)) if len(episodes.solved) else 0.0,
