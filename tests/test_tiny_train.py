@@ -57,11 +57,13 @@ def test_smoke_run_artifacts_and_metrics(smoke_run):
     "designer/difficulty_bits",
     "designer/difficulty_ref",  # the same pool played by the frozen warm-started policy
     "designer/attempt_valid_rate",
+    "designer/token_nll",
     "train/loss",
     "eval/accuracy",
   ):
     assert key in rows[0], key
   assert rows[0]["designer/valid_rate"] > 0  # valid programs from the first iteration
+  assert rows[0]["designer/token_nll"] > 0
   assert "designer/regret_mean" in rows[2]  # step 0's pool is trained at the next regeneration
   assert rows[2]["designer/trained_samples"] == rows[0]["designer/valid_rate"] * 4
   assert all(np.isfinite(r["train/loss"]) for r in rows)

@@ -12,6 +12,7 @@ import ml_collections
 
 from spade_jax.rl.optimizer import SCHEDULES
 from spade_jax.spade import rewards
+from spade_jax.tiny.language import HINTS
 
 
 def tiny_config() -> ml_collections.ConfigDict:
@@ -56,6 +57,11 @@ def tiny_config() -> ml_collections.ConfigDict:
   # plays of each new pool by the frozen warm-started policy: designer/difficulty_ref, the
   # pool's failure rate against a yardstick that does not learn (0: not measured)
   c.designer.reference_plays = 4
+  # hints of the library programs (warm start, fallback, fixed pool): "library", each family's
+  # prose hint (useless to the tiny agent: regret ~0.07); "answer" shows the answer register
+  # ("The answer is <r>."): the warm-started agent copies it (hinted solve rate 0.6-1.0,
+  # regret 0.4-0.8), but no run with it raised held-out accuracy (BUILD_NOTES, stop 13)
+  c.designer.library_hints = "library"
 
   c.agent = ml_collections.ConfigDict()
   c.agent.temperature = 1.0
@@ -89,6 +95,12 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.warm_start.learning_rate = 3e-3
   c.warm_start.max_level = 0  # library levels used (0: the easiest setting of each family)
   c.warm_start.episodes_per_program = 32  # oracle episodes per (program, hinted or not)
+  # difficulty variants per training family (tiny/variants.py: every integer knob drawn in
+  # [v/2, 2v] around the easiest level), for the designer and the agent; 0: library only.
+  # Without them the designer's samples barely respond to its reward; with 32 they move the way
+  # the reward asks, but no run so far raised held-out accuracy with them (BUILD_NOTES, stop 13)
+  c.warm_start.variants = 0
+  c.warm_start.variant_episodes = 1  # oracle episodes per (variant, hinted or not)
 
   c.eval = ml_collections.ConfigDict()  # library settings never used for training (heldout.py)
   c.eval.every = 10
@@ -120,7 +132,10 @@ def check_tiny_config(c) -> None:
   need(c.designer.program_tokens >= 32, "designer.program_tokens must be >= 32")
   need(c.checkpoint_every > 0, "checkpoint_every must be positive")
   need(c.warm_start.steps >= 0, "warm_start.steps must be >= 0")
+  need(c.warm_start.variants >= 0, "warm_start.variants must be >= 0")
+  need(c.warm_start.variant_episodes >= 0, "warm_start.variant_episodes must be >= 0")
   need(c.designer.reference_plays >= 0, "designer.reference_plays must be >= 0")
+  need(c.designer.library_hints in HINTS, f"designer.library_hints must be one of {HINTS}")
   need(c.designer.attempts > 0, "designer.attempts must be positive")
   need(c.designer.feasibility_seeds >= 0, "designer.feasibility_seeds must be >= 0")
   need(c.train.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
