@@ -20,8 +20,10 @@ import inspect
 
 import numpy as np
 
+from spade_jax.envs import assembly
 from spade_jax.envs.library import FAMILIES
-from spade_jax.tiny.language import library_tokens
+from spade_jax.envs.program import stack_programs
+from spade_jax.tiny.language import feasible, library_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,10 +88,6 @@ def checked_variants(lang, tok, variants, key, n_seeds: int = 8):
   the designer samples' feasibility check (`language.feasible`) on ``n_seeds`` resets."""
   if not variants:
     return []
-  from spade_jax.envs import assembly
-  from spade_jax.envs.program import stack_programs
-  from spade_jax.tiny.language import feasible
-
   programs = [assembly.assemble(lang.decode(list(v.tokens)), tok, lang.cfg) for v in variants]
   ok = np.asarray(feasible(lang, stack_programs(programs), key, n_seeds))
   return [(v, p) for v, p, good in zip(variants, programs, ok) if good]
