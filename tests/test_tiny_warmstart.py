@@ -63,3 +63,22 @@ def test_reference_plays_alone_keep_a_frozen_reference():
   _, state, _ = TinySetup(config(4)).init_state()
   assert state.ref_params is not None
   assert _leaves_equal(state.ref_params, state.params)
+
+
+def test_memory_seeded_designer_examples_only_with_memory_on():
+  """Seeded designer prompts (a same-skill program as memory seed) are the loop's prompt format
+  only with ``spade.memory`` on; off, the warm start shows plain prompts alone."""
+  c = config()
+  setup = TinySetup(c)
+  plain = designer_examples(setup)
+  n_lib = len(training_settings(setup.library, c.warm_start.max_level))
+  assert len(plain) == n_lib
+  c.spade.memory = True
+  setup = TinySetup(c)
+  both = designer_examples(setup)
+  assert len(both) > n_lib
+  plain_prompts = [p for p, _ in plain]
+  seeded = [(p, r) for p, r in both if p not in plain_prompts]
+  assert len(seeded) == len(both) - n_lib  # the extra rows are exactly the seeded prompts
+  assert all(len(p) > min(map(len, plain_prompts)) for p, _ in seeded)
+  assert all(r in [r2 for _, r2 in plain] for _, r in seeded)  # same programs, new prompt

@@ -47,10 +47,12 @@ def training_variants(setup, seed: int):
 
 
 def designer_examples(setup, variants=()) -> list[tuple[list[int], list[int]]]:
-  """``(prompt, response)`` token lists: each training program written for its skill, once
-  with the plain prompt and once with another program of the same skill as the memory seed
-  (the prompt format the loop uses once its memory holds programs); then each of the
-  ``variants`` written for its skill (plain prompt)."""
+  """``(prompt, response)`` token lists: each training program written for its skill with the
+  plain prompt and, when the loop's memory is on (``spade.memory``), once more with another
+  program of the same skill as the memory seed (the prompt format the loop then uses once its
+  memory holds programs; with memory off the loop never shows it, and those rows, more than
+  twice as long as the plain ones, would cost most of the designer's warm-start compute); then
+  each of the ``variants`` written for its skill (plain prompt)."""
   stop = setup.tok.eos_ids[0]
   train = training_settings(setup.library, setup.config.warm_start.max_level)
   out = []
@@ -59,7 +61,7 @@ def designer_examples(setup, variants=()) -> list[tuple[list[int], list[int]]]:
     skill = FAMILIES[name].skill
     out.append((setup.designer_prompt(skill), toks))
     others = sorted(nl for nl in train if nl[0] != name and FAMILIES[nl[0]].skill == skill)
-    if others:
+    if others and setup.config.spade.memory:
       seed = setup.library.tokens[others[k % len(others)]]
       prompt = setup.designer_prompt(skill, seed)
       if len(prompt) > len(setup.designer_prompt(skill)):  # the seed fitted
@@ -109,7 +111,7 @@ def agent_examples(graphdef, params, setup, seed: int, variants=()):
   return out.episodes(setup.tok, setup.framing)
 
 
-def _bucket(n: int, step: int = 32) -> int:
+def _bucket(n: int, step: int = 16) -> int:
   return -(-n // step) * step
 
 
