@@ -41,6 +41,16 @@ def run(*args, timeout=120):
     (["--config", "experiments/configs/smollm2_cpu.py:bogus", "--workdir", "{tmp}"], "bogus"),
     (["--config", "experiments/configs/no_such_config.py", "--workdir", "{tmp}"], "no_such_config"),
     (["--config", SMOKE], "--workdir"),
+    (
+      [
+        "--config",
+        "experiments/configs/tiny.py:smoke",
+        "--workdir",
+        "{tmp}",
+        "--config.spade.plateau=(0.5, 0.4, 0.6, 0.85)",
+      ],
+      "spade.plateau",
+    ),
   ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, args, needle):

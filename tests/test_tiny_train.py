@@ -133,3 +133,13 @@ def test_designer_prompt_takes_a_memory_seed_of_its_skill():
   memory = EnvMemory()
   memory.add(source=setup.lang.decode(tokens), skill=skill, win_rate=0.0, regret=0.0, step=0)
   np.testing.assert_array_equal(setup.inputs(0, memory).prompts_GP, plain.prompts_GP)
+
+
+def test_reward_band_and_cap_reach_the_designer_reward():
+  from spade_jax.tiny.train import TinySetup
+
+  c = smoke_config()
+  c.spade.plateau = (0.05, 0.2, 0.4, 0.7)
+  c.spade.reward_scale_cap = 0.5
+  reward = TinySetup(c).spec.reward
+  assert reward.plateau == (0.05, 0.2, 0.4, 0.7) and reward.scale_cap == 0.5

@@ -45,6 +45,9 @@ def tiny_config() -> ml_collections.ConfigDict:
   # memory seeds off: the tiny designer copies a seed's malformed fragments (with memory on, the
   # valid rate of its attempts fell 0.59 -> 0.19 within 8 steps; off: 0.5-0.69, BUILD_NOTES)
   c.spade.memory = False
+  # blend / solve_rate: the win-rate band the designer is paid for (0 at the ends, 1 between the
+  # middle two): SPADE's (0.15, 0.4, 0.6, 0.85) is for big agents at ~50% success
+  c.spade.plateau = (0.15, 0.4, 0.6, 0.85)
   c.spade.reward_scale_cap = 1.0  # SPADE: 50 (designer vs agent token counts of big models)
   c.spade.active_skills = 3  # skills active per regeneration epoch (rotating window)
 
@@ -118,6 +121,11 @@ def check_tiny_config(c) -> None:
       problems.append(msg)
 
   need(c.spade.reward in rewards.VARIANTS, f"spade.reward must be one of {rewards.VARIANTS}")
+  p = tuple(c.spade.plateau)
+  need(
+    len(p) == 4 and 0 <= p[0] < p[1] <= p[2] < p[3] <= 1,
+    "spade.plateau must be 4 win rates lo < top_lo <= top_hi < hi in [0, 1]",
+  )
   need(c.steps > 0, "steps must be positive")
   for k in ("num_games", "plays", "regen_interval"):
     need(c.spade[k] > 0, f"spade.{k} must be positive")

@@ -88,7 +88,9 @@ class TinySetup:
       grad_clip_norm=c.train.grad_clip_norm or None,
     )
     s = c.spade
-    reward = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
+    reward = rewards.DesignerRewardConfig(
+      variant=s.reward, scale_cap=s.reward_scale_cap, plateau=tuple(s.plateau)
+    )
     self.spec = iteration.TinySpec(
       lang=self.lang,
       rollout=self.rollout_spec,
