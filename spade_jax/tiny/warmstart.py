@@ -115,10 +115,13 @@ def _bucket(n: int, step: int = 16) -> int:
   return -(-n // step) * step
 
 
-def sft_rows(designer, episodes) -> tuple[trajectories.Trajectories, trajectories.Trajectories]:
+def sft_rows(
+  designer, episodes, bucket: int = 16
+) -> tuple[trajectories.Trajectories, trajectories.Trajectories]:
   """The supervised examples as two host `Trajectories` (designer rows, solved oracle episodes),
-  advantage 1, each padded to its own length bucket (agent episodes are much shorter than
-  programs, so one common length would waste most of the compute on padding)."""
+  advantage 1, each padded to its own length, the longest row rounded up to a multiple of
+  ``bucket`` (agent episodes are much shorter than programs, so one common length would waste
+  most of the compute on padding)."""
 
   def rows(toks, masks):
     n = len(toks)
@@ -129,7 +132,7 @@ def sft_rows(designer, episodes) -> tuple[trajectories.Trajectories, trajectorie
       role=trajectories.ROLE_AGENT,
       rewards=[1.0] * n,
       advantages=[1.0] * n,
-      seq_len=_bucket(max(len(t) for t in toks)),
+      seq_len=_bucket(max(len(t) for t in toks), bucket),
     )
 
   d = rows([p + r for p, r in designer], [[0] * len(p) + [1] * len(r) for p, r in designer])
