@@ -4,6 +4,7 @@ trends are checked on a recorded run by `benchmarks/tiny_trends.py --check`, not
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,3 +144,23 @@ def test_reward_band_and_cap_reach_the_designer_reward():
   c.spade.reward_scale_cap = 0.5
   reward = TinySetup(c).spec.reward
   assert reward.plateau == (0.05, 0.2, 0.4, 0.7) and reward.scale_cap == 0.5
+
+
+def test_family_difficulty_benchmark_reads_a_run(smoke_run):
+  """benchmarks/tiny_family_difficulty.py rebuilds a run's config and checkpoint and prints
+  failure rates of its frozen warm and final policies by family and knob-scale bin."""
+  res = subprocess.run(
+    [sys.executable, str(REPO / "benchmarks" / "tiny_family_difficulty.py"), str(smoke_run[0])]
+    + ["--variants", "1", "--episodes", "1"],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert res.returncode == 0, res.stderr[-2000:]
+  for policy in ("warm", "final"):
+    rates = re.findall(
+      rf"{policy} policy: spread .* family means ([0-9.]+), of bin means", res.stdout
+    )
+    assert len(rates) == 1 and 0.0 <= float(rates[0]) <= 1.0, res.stdout
+  lib = re.findall(r"^  lib +([0-9.]+) \((\d+)\)$", res.stdout, re.M)
+  assert len(lib) == 2 and all(0.0 <= float(r) <= 1.0 and int(n) > 0 for r, n in lib)
