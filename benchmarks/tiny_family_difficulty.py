@@ -21,7 +21,6 @@ bin and family, and the spread of the family means beside the spread of the bin 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -40,30 +39,11 @@ from spade_jax.envs.host_rollout import RolloutConfig  # noqa: E402
 from spade_jax.envs.rollout import DeviceRollout  # noqa: E402
 from spade_jax.rl.train_state import abstract_state  # noqa: E402
 from spade_jax.tiny import variants as tiny_variants  # noqa: E402
+from spade_jax.tiny.config import load_run_config  # noqa: E402
 from spade_jax.tiny.heldout import training_settings  # noqa: E402
 from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 BINS = ("lib", "easier", "near", "harder")
-
-
-def run_config(run: Path):
-  """The run's config: tiny.py's defaults overridden by ``RUN/config.json`` (lists back to
-  tuples where the default is a tuple; keys a newer config added keep their defaults)."""
-  import tiny
-
-  config = tiny.get_config("")
-
-  def assign(node, saved):
-    for k, v in saved.items():
-      if k not in node:
-        continue
-      if isinstance(v, dict):
-        assign(node[k], v)
-      else:
-        node[k] = tuple(v) if isinstance(node[k], tuple) else v
-
-  assign(config, json.loads((run / "config.json").read_text()))
-  return config
 
 
 def scale_bin(params: dict, base: dict, knobs) -> str:
@@ -78,7 +58,7 @@ def main() -> None:
   ap.add_argument("--variants", type=int, default=32)
   args = ap.parse_args()
   run = Path(args.run)
-  config = run_config(run)
+  config = load_run_config(run)
   setup = TinySetup(config)
   graphdef, state, carry = setup.init_state()
   ckpt = checkpoint.Checkpointer(run / "checkpoints", model_config=setup.model_cfg)

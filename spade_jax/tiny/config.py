@@ -8,6 +8,9 @@ variants, memory, delay and metrics are the SPADE loop's (``spade.*``); see
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import ml_collections
 
 from spade_jax.rl.optimizer import SCHEDULES
@@ -150,3 +153,24 @@ def check_tiny_config(c) -> None:
   need(c.train.kl_coef >= 0, "train.kl_coef must be >= 0")
   if problems:
     raise ValueError("; ".join(problems))
+
+
+def load_run_config(path) -> ml_collections.ConfigDict:
+  """The config of a tiny run from its ``config.json`` (a run's workdir or the file itself):
+  `tiny_config` overridden by the saved values (lists back to tuples where the default is a
+  tuple; keys a newer `tiny_config` added keep their defaults, keys it dropped are ignored)."""
+  path = Path(path)
+  path = path / "config.json" if path.is_dir() else path
+  config = tiny_config()
+
+  def assign(node, saved):
+    for k, v in saved.items():
+      if k not in node:
+        continue
+      if isinstance(v, dict):
+        assign(node[k], v)
+      else:
+        node[k] = tuple(v) if isinstance(node[k], tuple) else v
+
+  assign(config, json.loads(path.read_text()))
+  return config
