@@ -95,4 +95,5 @@ def test_pool_series_pair_by_skill_composition(tmp_path):
   assert ref["paired_stderr"] < 1e-4 < ref["stderr"]
   assert ref["last_quarter"] - ref["first_quarter"] < ref["stderr"]  # unpaired: no rise
   assert "paired_diff" not in t["eval/accuracy"]  # held-out plays do not depend on the pool
+  assert len(ref["by_skills"]) == 5 and max(ref["by_skills"].values()) > 0.6
   assert tiny_trends.check(t) == []
