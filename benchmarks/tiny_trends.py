@@ -16,12 +16,13 @@ more than one standard error of that difference (``stderr``, from the spread of 
 in each quarter), so a change within pool-to-pool noise does not pass.
 
 Pool series (``designer/*``, ``agent/*``) are blocked by the pool's skill composition when the
-run's ``config.json`` sits beside its metrics: the skill schedule rotates deterministically
-(period 5 regenerations in tiny.py), and which skills a pool holds moves its failure rate more
-than the designer does (``by_skills``: mean ``difficulty_ref`` per composition, 0.43 to 0.86
-over the five of the recorded run in docs/tiny). Each last-quarter value is paired with the first-quarter value of the
-same skill composition (k-th with k-th), and ``paired_diff`` / ``paired_stderr`` are the mean
-and standard error of those differences; ``--check`` then uses them for the difficulty clause.
+tiny run's ``config.json`` sits beside its metrics: the skill schedule rotates
+deterministically (period 5 regenerations in tiny.py), and which skills a pool holds moves its
+failure rate more than the designer does (``by_skills``: mean ``difficulty_ref`` per
+composition, 0.43 to 0.86 over the five of the recorded run in docs/tiny). Each last-quarter
+value is paired with the first-quarter value of the same skill composition (k-th with k-th),
+and ``paired_diff`` / ``paired_stderr`` are the mean and standard error of those differences;
+``--check`` then uses them for the difficulty clause.
 The quarter means are unchanged (the quarters hold whole periods of the schedule); the paired
 standard error leaves out the between-composition spread that cancels in their difference.
 """
@@ -68,7 +69,8 @@ def quarters(rows: list[dict], key: str) -> tuple[float, float, float] | None:
 def skill_blocks(run_dir: Path) -> dict | None:
   """``step -> skill composition`` of a tiny run's pools, from ``run_dir/config.json``
   (None without one)."""
-  if not (run_dir / "config.json").exists():
+  path = run_dir / "config.json"
+  if not path.exists() or json.loads(path.read_text()).get("front_end") != "tiny":
     return None
   from spade_jax.tiny.config import load_run_config
   from spade_jax.tiny.train import TinySetup
@@ -103,7 +105,7 @@ def by_skills(rows: list[dict], key: str, blocks: dict) -> dict:
   groups = {}
   for r in rows:
     if r.get(key) is not None:
-      groups.setdefault("/".join(sorted(set(blocks[r["step"]]))), []).append(r[key])
+      groups.setdefault("/".join(sorted(set(blocks.get(r["step"], ())))), []).append(r[key])
   return {k: round(float(np.mean(v)), 4) for k, v in sorted(groups.items())}
 
 
