@@ -31,16 +31,13 @@ sys.path.insert(0, str(REPO / "experiments" / "configs"))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
 
 from spade_jax import checkpoint  # noqa: E402
 from spade_jax.envs import assembly  # noqa: E402
-from spade_jax.envs.host_rollout import RolloutConfig  # noqa: E402
-from spade_jax.envs.rollout import DeviceRollout  # noqa: E402
 from spade_jax.rl.train_state import abstract_state  # noqa: E402
 from spade_jax.tiny import variants as tiny_variants  # noqa: E402
 from spade_jax.tiny.config import load_run_config  # noqa: E402
-from spade_jax.tiny.heldout import training_settings  # noqa: E402
+from spade_jax.tiny.heldout import greedy_rollout, training_settings  # noqa: E402
 from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 BINS = ("lib", "easier", "near", "harder")
@@ -88,20 +85,8 @@ def main() -> None:
   episodes = [p for p in programs for _ in range(n)]
   bins = np.repeat(np.asarray(bins), n)
   fams = np.repeat(np.asarray(fams), n)
-  rs = setup.rollout_spec
-  device = DeviceRollout(
-    nnx.merge(graphdef, restored.params),
-    setup.tok,
-    setup.framing,
-    RolloutConfig(
-      max_turns=config.agent.max_turns,
-      max_new_tokens=config.agent.max_new_tokens,
-      max_context=config.agent.max_context,
-      greedy=True,
-    ),
-    program_cfg=rs.program_cfg,
-    prompt_len=rs.prompt_len,
-    feed_chunk=rs.feed_chunk,
+  device = greedy_rollout(
+    graphdef, restored.params, setup.tok, setup.framing, config, setup.rollout_spec
   )
   print(f"{run}: {len(programs)} programs x {n} episodes (greedy, unhinted)")
   for policy, params in (("warm", restored.ref_params), ("final", restored.params)):

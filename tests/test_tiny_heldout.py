@@ -12,6 +12,7 @@ from spade_jax.tiny import warmstart
 from spade_jax.tiny.heldout import (
   HELDOUT_FAMILIES,
   TinyHeldout,
+  greedy_rollout,
   heldout_settings,
   training_settings,
 )
@@ -84,3 +85,24 @@ def test_evaluation_reports_groups_and_families(setup):
   weighted = sum(m[f"eval/{g}"] * np.mean(groups == g) for g in set(ev.groups))
   assert m["eval/accuracy"] == pytest.approx(weighted)
   assert m == ev.evaluate(state.params)  # greedy, fixed seeds: deterministic
+
+
+def test_greedy_rollout_uses_the_runs_limits_and_layout(setup):
+  graphdef, state, _ = setup.init_state()
+  c, rs = setup.config, setup.rollout_spec
+  device = greedy_rollout(
+    graphdef, state.params, setup.tok, setup.framing, c, rs, script_turns=1, script_width=7
+  )
+  assert device.cfg.greedy
+  assert (device.cfg.max_turns, device.cfg.max_new_tokens, device.cfg.max_context) == (
+    c.agent.max_turns,
+    c.agent.max_new_tokens,
+    c.agent.max_context,
+  )
+  s = device.spec
+  assert (s.prompt_len, s.feed_chunk, s.program_cfg) == (
+    rs.prompt_len,
+    rs.feed_chunk,
+    rs.program_cfg,
+  )
+  assert (s.script_turns, s.script_width) == (1, 7)

@@ -80,6 +80,28 @@ def training_settings(library: LibraryPrograms, max_level: int) -> list[tuple[st
   return [(n, lv) for n in train for lv in sorted(library.by_family[n]) if lv <= max_level]
 
 
+def greedy_rollout(graphdef, params, tok, framing, cfg, spec, **kw) -> DeviceRollout:
+  """The tiny run's episodes played greedily on device (a `DeviceRollout` with the run's turn,
+  token and context limits and the rollout layout of ``spec``, a `RolloutSpec`): held-out
+  evaluation, the warm start's oracle episodes (``kw``: script size) and the benchmarks."""
+  rollout_cfg = RolloutConfig(
+    max_turns=cfg.agent.max_turns,
+    max_new_tokens=cfg.agent.max_new_tokens,
+    max_context=cfg.agent.max_context,
+    greedy=True,
+  )
+  return DeviceRollout(
+    nnx.merge(graphdef, params),
+    tok,
+    framing,
+    rollout_cfg,
+    program_cfg=spec.program_cfg,
+    prompt_len=spec.prompt_len,
+    feed_chunk=spec.feed_chunk,
+    **kw,
+  )
+
+
 class TinyHeldout:
   """Greedy, unhinted plays of fixed held-out episodes -> ``eval/accuracy``, one accuracy per
   group (``eval/unseen_levels``, ``eval/unseen_families``) and per family (``eval/<name>``)."""
@@ -96,21 +118,7 @@ class TinyHeldout:
         self.groups.append(group)
         self.programs.append(library.by_family[name][level])
         self.seeds.append(int(rng.integers(2**31)))
-    rollout_cfg = RolloutConfig(
-      max_turns=cfg.agent.max_turns,
-      max_new_tokens=cfg.agent.max_new_tokens,
-      max_context=cfg.agent.max_context,
-      greedy=True,
-    )
-    self.device = DeviceRollout(
-      nnx.merge(graphdef, params),
-      tok,
-      framing,
-      rollout_cfg,
-      program_cfg=spec.program_cfg,
-      prompt_len=spec.prompt_len,
-      feed_chunk=spec.feed_chunk,
-    )
+    self.device = greedy_rollout(graphdef, params, tok, framing, cfg, spec)
 
   def evaluate(self, params) -> dict:
     out = self.device(self.programs, self.seeds, [False] * len(self.programs), params=params)

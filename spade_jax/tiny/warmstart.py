@@ -26,13 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import trajectories
-from spade_jax.envs.host_rollout import RolloutConfig
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.rollout import DeviceRollout
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
 from spade_jax.rl.update import train_step
-from spade_jax.tiny.heldout import training_settings
+from spade_jax.tiny.heldout import greedy_rollout, training_settings
 from spade_jax.tiny.variants import checked_variants, library_variants
 
 
@@ -74,23 +72,14 @@ def designer_examples(setup, variants=()) -> list[tuple[list[int], list[int]]]:
 def agent_examples(graphdef, params, setup, seed: int, variants=()):
   """Oracle episodes of the training programs (``episodes_per_program`` each, hinted and
   not) and of the ``variants`` (``variant_episodes`` each) -> host `EpisodeResult`."""
-  from flax import nnx
-
   c = setup.config
-  rs = setup.rollout_spec
-  device = DeviceRollout(
-    nnx.merge(graphdef, params),
+  device = greedy_rollout(
+    graphdef,
+    params,
     setup.tok,
     setup.framing,
-    RolloutConfig(
-      max_turns=c.agent.max_turns,
-      max_new_tokens=c.agent.max_new_tokens,
-      max_context=c.agent.max_context,
-      greedy=True,
-    ),
-    program_cfg=rs.program_cfg,
-    prompt_len=rs.prompt_len,
-    feed_chunk=rs.feed_chunk,
+    c,
+    setup.rollout_spec,
     script_turns=1,
     script_width=c.agent.max_new_tokens,
   )
