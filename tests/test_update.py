@@ -1,6 +1,8 @@
 """The jitted GRPO update: compile-once, donation, finite differences, sharding parity,
 gradient accumulation, the non-finite guard, and a from-scratch learning run."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -318,3 +320,32 @@ def test_grpo_learns_digit_addition_from_scratch():
   assert np.mean(rewards[:3]) < 0.1, rewards[:3]
   assert np.mean(rewards[-10:]) >= 0.8, (len(rewards), rewards[-10:])
   assert step.trace_count == 1
+
+
+def test_segments_equal_one_padded_batch(graphdef):
+  """Rows of two lengths trained as segments give the loss, gradient and statistics of the same
+  rows padded to one length and concatenated (every aggregation; micro-batches too)."""
+  _, state = _fresh_state()
+  full = _batch(0)
+  long = jax.tree.map(lambda x: x[:8], full)
+  short = jax.tree.map(lambda x: x[8:, :7] if x.ndim == 2 else x[8:], full)
+  pad = lambda x: jnp.pad(x, ((0, 0), (0, T - x.shape[1]))) if x.ndim == 2 else x
+  padded = jax.tree.map(lambda a, b: jnp.concatenate([a, pad(b)]), long, short)
+  assert short.loss_mask_BT.sum() > 0 and short.seq_len < padded.seq_len
+  grads = jax.jit(
+    lambda p, r, b, cfg, micro: update.loss_and_grads(
+      graphdef, p, b, cfg, micro_batches=micro, ref_params=r
+    ),
+    static_argnums=(3, 4),
+  )
+  cases = [(a, 1) for a in losses.AGGREGATIONS] + [(LOSS.aggregation, 2)]
+  for aggregation, micro in cases:
+    cfg = dataclasses.replace(LOSS, aggregation=aggregation)
+    got = grads(state.params, state.ref_params, (long, short), cfg, micro)
+    want = grads(state.params, state.ref_params, padded, cfg, micro)
+    assert _max_diff(got[0], want[0]) < 1e-6, aggregation
+    assert set(got[1]) == set(want[1])
+    for k in got[1]:  # sums over ~200 tokens: relative tolerance
+      np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-6, atol=1e-6, err_msg=k)
+  m_got, m_want = update._batch_metrics((long, short)), update._batch_metrics(padded)
+  assert set(m_got) == set(m_want) and _max_diff(m_got, m_want) < 1e-6

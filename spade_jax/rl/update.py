@@ -96,62 +96,58 @@ def split_micro_batches(batch: Trajectories, micro_batches: int) -> Trajectories
   )
 
 
+def _segments(batch) -> tuple[Trajectories, ...]:
+  return tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+
+
 def loss_and_grads(
   graphdef,
   params,
-  batch: Trajectories,
+  batch,
   cfg: losses.LossConfig,
   *,
   micro_batches: int = 1,
   ref_params=None,
 ):
-  """Full-batch gradient (float32) accumulated over micro-batches, and the summed statistics."""
-  global_batch = jnp.asarray(batch.batch_size, _F32)
-  global_tokens = jnp.sum(batch.loss_mask_BT.astype(_F32))
+  """Full-batch gradient (float32) accumulated over micro-batches, and the summed statistics.
+
+  ``batch`` is a `Trajectories` or a tuple of them (*segments*): rows of different lengths
+  trained as one batch without padding them to a common length (the tiny loop's long designer
+  rows and short agent rows). The loss denominators are global over all segments (and the
+  ``aggregation`` length constant, when not configured, is the longest segment's), so the
+  result equals that of the segments padded to one length and concatenated."""
+  segments = _segments(batch)
+  global_batch = jnp.asarray(sum(s.batch_size for s in segments), _F32)
+  global_tokens = sum(jnp.sum(s.loss_mask_BT.astype(_F32)) for s in segments)
+  if cfg.norm_constant is None and len({s.seq_len for s in segments}) > 1:
+    cfg = dataclasses.replace(cfg, norm_constant=max(s.seq_len for s in segments))
   grad_fn = jax.grad(batch_loss, argnums=1, has_aux=True)
+  kw = dict(global_batch=global_batch, global_tokens=global_tokens, ref_params=ref_params)
 
-  def micro_step(carry, micro):
-    grads_acc, stats_acc = carry
-    grads, stats = grad_fn(
-      graphdef,
-      params,
-      micro,
-      cfg,
-      global_batch=global_batch,
-      global_tokens=global_tokens,
-      ref_params=ref_params,
-    )
-    grads_acc = jax.tree.map(lambda a, g: a + g.astype(_F32), grads_acc, grads)
-    stats_acc = jax.tree.map(jnp.add, stats_acc, stats)
-    return (grads_acc, stats_acc), None
+  def one(segment):
+    if micro_batches == 1:
+      grads, stats = grad_fn(graphdef, params, segment, cfg, **kw)
+      return jax.tree.map(lambda g: g.astype(_F32), grads), stats
+    micro = split_micro_batches(segment, micro_batches)
 
-  if micro_batches == 1:
-    grads, stats = grad_fn(
-      graphdef,
-      params,
-      batch,
-      cfg,
-      global_batch=global_batch,
-      global_tokens=global_tokens,
-      ref_params=ref_params,
-    )
-    return jax.tree.map(lambda g: g.astype(_F32), grads), stats
-  micro = split_micro_batches(batch, micro_batches)
-  first = jax.tree.map(lambda x: x[0], micro)
-  stats_shape = jax.eval_shape(
-    lambda: grad_fn(
-      graphdef,
-      params,
-      first,
-      cfg,
-      global_batch=global_batch,
-      global_tokens=global_tokens,
-      ref_params=ref_params,
-    )[1]
-  )
-  zeros_stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape)
-  zeros_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, _F32), params)
-  (grads, stats), _ = jax.lax.scan(micro_step, (zeros_grads, zeros_stats), micro)
+    def micro_step(carry, micro):
+      grads_acc, stats_acc = carry
+      grads, stats = grad_fn(graphdef, params, micro, cfg, **kw)
+      grads_acc = jax.tree.map(lambda a, g: a + g.astype(_F32), grads_acc, grads)
+      return (grads_acc, jax.tree.map(jnp.add, stats_acc, stats)), None
+
+    first = jax.tree.map(lambda x: x[0], micro)
+    stats_shape = jax.eval_shape(lambda: grad_fn(graphdef, params, first, cfg, **kw)[1])
+    zeros_stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape)
+    zeros_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, _F32), params)
+    (grads, stats), _ = jax.lax.scan(micro_step, (zeros_grads, zeros_stats), micro)
+    return grads, stats
+
+  grads, stats = one(segments[0])
+  for segment in segments[1:]:
+    g, st = one(segment)
+    grads = jax.tree.map(jnp.add, grads, g)
+    stats = jax.tree.map(jnp.add, stats, st)
   return grads, stats
 
 
@@ -164,17 +160,19 @@ def _optimizer_count(opt_state):
   return counts[0] if counts else jnp.zeros((), jnp.int32)
 
 
-def _batch_metrics(batch: Trajectories) -> dict[str, jax.Array]:
-  m_BT = batch.loss_mask_BT.astype(_F32)
-  out = {"train/valid_samples": jnp.sum(batch.valid_B.astype(_F32))}
+def _batch_metrics(batch) -> dict[str, jax.Array]:
+  segments = _segments(batch)
+  cat = lambda f: jnp.concatenate([f(s) for s in segments])
+  valid_B, role_B = cat(lambda s: s.valid_B), cat(lambda s: s.role_B)
+  adv_B = cat(lambda s: s.advantages_B)
+  tokens_B = cat(lambda s: jnp.sum(s.loss_mask_BT.astype(_F32), axis=1))
+  out = {"train/valid_samples": jnp.sum(valid_B.astype(_F32))}
   for role, name in ((ROLE_AGENT, "agent"), (ROLE_DESIGNER, "designer")):
-    sel_B = (batch.role_B == role) & batch.valid_B
+    sel_B = (role_B == role) & valid_B
     n = jnp.sum(sel_B.astype(_F32))
     out[f"train/{name}_samples"] = n
-    out[f"train/{name}_tokens"] = jnp.sum(m_BT * sel_B[:, None])
-    out[f"train/{name}_adv_mean"] = jnp.sum(jnp.where(sel_B, batch.advantages_B, 0.0)) / (
-      jnp.maximum(n, 1.0)
-    )
+    out[f"train/{name}_tokens"] = jnp.sum(jnp.where(sel_B, tokens_B, 0.0))
+    out[f"train/{name}_adv_mean"] = jnp.sum(jnp.where(sel_B, adv_B, 0.0)) / jnp.maximum(n, 1.0)
   return out
 
 
@@ -184,11 +182,12 @@ def train_step(
   schedule,
   cfg,
   state: TrainState,
-  batch: Trajectories,
+  batch,
   *,
   micro_batches: int = 1,
 ):
-  """The un-jitted update (pure function of state and batch)."""
+  """The un-jitted update (pure function of state and batch: a `Trajectories` or a tuple of
+  segments of different lengths, `loss_and_grads`)."""
   grads, stats = loss_and_grads(
     graphdef, state.params, batch, cfg, micro_batches=micro_batches, ref_params=state.ref_params
   )

@@ -23,12 +23,13 @@
 * **replay step** (``regen=False``): only unhinted plays of the current pool, recorded at
   offset ``step % regen_interval`` of its window.
 
-Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mixed
-`Trajectories` batch (``G`` designer rows, then ``G * P`` agent rows) and one GRPO step
-(`rl.update.train_step`). The iteration returns the new train state and carry plus a small
-``outputs`` pytree (metrics and the environment records); the caller fetches it with one
-``jax.device_get`` (the only host sync of the iteration). Two compilations serve a whole run
-(`TRACES` counts traces: one per ``regen`` value).
+Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mixed batch
+(``G`` designer rows of the designer's length, when the step trains the designer, and ``G * P``
+agent rows of the episode length, as two `Trajectories` segments so neither is padded to the
+other's length) and one GRPO step (`rl.update.train_step`). The iteration returns the new
+train state and carry plus a small ``outputs`` pytree (metrics and the environment records);
+the caller fetches it with one ``jax.device_get`` (the only host sync of the iteration). Two
+compilations serve a whole run (`TRACES` counts traces: one per ``regen`` value).
 
 Differences from the Python-environment loop (documented, by design): the ``K`` attempts of a
 game are sampled at once from the same prompt (not one after another with fresh prompts), and
@@ -111,10 +112,6 @@ class TinySpec:
   def design_len(self) -> int:
     """Designer sample slots: prompt + program + the stop token."""
     return self.prompt_len + self.lang.max_tokens + 1
-
-  @property
-  def seq_len(self) -> int:
-    return max(self.design_len, self.rollout.max_context)
 
   @property
   def trains_designer(self) -> bool:
@@ -309,10 +306,6 @@ def _trajectories(tokens, mask, logprobs, adv_B, rewards_B, group_B, valid_B, tu
   )
 
 
-def _concat(a, b):
-  return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
-
-
 @struct.dataclass
 class Slots:
   """Which game each pool slot plays (`choose_slots`)."""
@@ -418,7 +411,6 @@ def _iterate(
   k_feasible = jax.random.fold_in(key, 7)
   k_ref = jax.random.fold_in(key, 11)
   out = {}
-  T = spec.seq_len
 
   # 1. delayed designer rewards of the previous pool (its window is complete)
   prev_stats = window_stats(carry.window, spec.reward.win_threshold) if regen else None
@@ -442,7 +434,7 @@ def _iterate(
       trained_G,
       jnp.ones((G,), jnp.int32),
       trajectories.ROLE_DESIGNER,
-      T,
+      spec.design_len,
     )
     tracker = jax.tree.map(
       lambda n, o: jnp.where(carry.has_samples, n, o), r.tracker, carry.tracker
@@ -455,20 +447,8 @@ def _iterate(
     out["designer/reward_mean"] = jnp.sum(jnp.where(trained_G, r.reward_G, 0.0)) / n_trained
     out["designer/pool_win_rate"] = jnp.sum(jnp.where(trained_G, r.win_rate_G, 0.0)) / n_trained
     out["designer/trained_samples"] = jnp.sum(trained_G).astype(_F32)
-  else:
-    zeros_GT = jnp.zeros((G, spec.design_len))
-    designer_rows = _trajectories(
-      zeros_GT.astype(jnp.int32),
-      zeros_GT,
-      zeros_GT,
-      jnp.zeros((G,)),
-      jnp.zeros((G,)),
-      jnp.arange(G),
-      jnp.zeros((G,), bool),
-      jnp.ones((G,), jnp.int32),
-      trajectories.ROLE_DESIGNER,
-      T,
-    )
+  else:  # no designer sample to train: the batch holds the agent's rows only
+    designer_rows = None
     tracker = carry.tracker
 
   # 2. a new pool
@@ -562,9 +542,11 @@ def _iterate(
     keep_GP.reshape(-1),
     res.turns_B[: G * P],
     trajectories.ROLE_AGENT,
-    T,
+    spec.rollout.max_context,
   )
-  batch = _concat(designer_rows, agent_rows)
+  # two segments of their own lengths (`rl.update.loss_and_grads`): the agent's episodes are
+  # not padded to the designer's prompt + program length
+  batch = (agent_rows,) if designer_rows is None else (designer_rows, agent_rows)
   state, train_metrics = train_step(
     graphdef,
     make_optimizer(spec.opt),
@@ -574,7 +556,7 @@ def _iterate(
     batch,
   )
   out.update(train_metrics)
-  out["train/batch_loss_tokens"] = jnp.sum(batch.loss_mask_BT)
+  out["train/batch_loss_tokens"] = sum(jnp.sum(b.loss_mask_BT) for b in batch)
   return state, carry, out
 
 
