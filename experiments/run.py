@@ -68,7 +68,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-  from spade_jax import host_malloc
-
-  host_malloc.maybe_reexec()  # glibc malloc settings for the CPU backend (see its docstring)
   sys.exit(main(sys.argv))
