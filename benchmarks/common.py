@@ -1,10 +1,14 @@
-"""Shared benchmark helpers: timing medians and the matmul-peak probe (measured in each run)."""
+"""Shared benchmark helpers: timing medians, the matmul-peak probe (measured in each run) and the
+command line + setup of the tiny-config benchmarks."""
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -29,3 +33,22 @@ def matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 7) -> float:
   f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
   t = median_time(lambda: f(a, b), repeats=repeats)
   return 2 * n**3 / t
+
+
+def tiny_setup(doc: str, reps: int | None = None, argv: list[str] | None = None):
+  """Parse ``--config-arg`` (and ``--reps`` when given its default) and build the `TinySetup` of
+  ``experiments/configs/tiny.py[:ARG]``. Returns ``(args, config, setup)``."""
+  ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+  ap.add_argument("--config-arg", default="", help="the tiny config's argument, e.g. smoke")
+  if reps is not None:
+    ap.add_argument("--reps", type=int, default=reps)
+  args = ap.parse_args(argv)
+  configs = str(Path(__file__).resolve().parents[1] / "experiments" / "configs")
+  if configs not in sys.path:
+    sys.path.insert(0, configs)
+  import tiny
+
+  from spade_jax.tiny.train import TinySetup
+
+  config = tiny.get_config(args.config_arg)
+  return args, config, TinySetup(config)

@@ -9,28 +9,21 @@ trace and lower, the StableHLO text's size in lines, and the seconds to compile 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
 
 import jax  # noqa: E402
 
+from benchmarks.common import tiny_setup  # noqa: E402
 from spade_jax.tiny import iteration  # noqa: E402
-from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 
 def main() -> None:
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--config-arg", default="")
-  args = ap.parse_args()
-  import tiny
-
-  setup = TinySetup(tiny.get_config(args.config_arg))
+  _, _, setup = tiny_setup(__doc__)
   graphdef, state, carry = setup.init_state()
   inputs = jax.device_put(setup.inputs(0, None))
   for regen in (True, False):

@@ -12,7 +12,6 @@ per iteration of each variant, iterations/s of a regeneration cycle and environm
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -20,23 +19,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
 
 import jax  # noqa: E402
 
+from benchmarks.common import tiny_setup  # noqa: E402
 from spade_jax.tiny import iteration  # noqa: E402
-from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 
 def main() -> None:
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--config-arg", default="")
-  ap.add_argument("--reps", type=int, default=5)
-  args = ap.parse_args()
-  import tiny
-
-  config = tiny.get_config(args.config_arg)
-  setup = TinySetup(config)
+  args, config, setup = tiny_setup(__doc__, reps=5)
   graphdef, state, carry = setup.init_state()
   W = config.spade.regen_interval
 

@@ -18,24 +18,21 @@ Prints the median seconds of each (regeneration step / replay step) and the rati
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.common import median_time  # noqa: E402
+from benchmarks.common import median_time, tiny_setup  # noqa: E402
 from spade_jax import trajectories  # noqa: E402
 from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer  # noqa: E402
 from spade_jax.rl.update import train_step  # noqa: E402
-from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 
 def rows(n: int, length: int, role: int, valid: bool, seed: int) -> trajectories.Trajectories:
@@ -55,14 +52,7 @@ def rows(n: int, length: int, role: int, valid: bool, seed: int) -> trajectories
 
 
 def main() -> None:
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--config-arg", default="")
-  ap.add_argument("--reps", type=int, default=7)
-  args = ap.parse_args()
-  import tiny
-
-  config = tiny.get_config(args.config_arg)
-  setup = TinySetup(config)
+  args, config, setup = tiny_setup(__doc__, reps=7)
   graphdef, state, _ = setup.init_state()
   spec = setup.spec
   G, P = spec.num_games, spec.plays

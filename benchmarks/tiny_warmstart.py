@@ -19,7 +19,6 @@ batch plus one designer batch, as `warmstart.warm_start` runs them).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import sys
@@ -27,12 +26,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.common import median_time  # noqa: E402
+from benchmarks.common import median_time, tiny_setup  # noqa: E402
 from spade_jax.rl import losses  # noqa: E402
 from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer  # noqa: E402
 from spade_jax.rl.update import train_step  # noqa: E402
@@ -41,14 +39,7 @@ from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 
 def main() -> None:
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--config-arg", default="")
-  ap.add_argument("--reps", type=int, default=7)
-  args = ap.parse_args()
-  import tiny
-
-  config = tiny.get_config(args.config_arg)
-  setup = TinySetup(config)
+  args, config, setup = tiny_setup(__doc__, reps=7)
   graphdef, state, _ = setup.init_state()
   episodes = warmstart.agent_examples(graphdef, state.params, setup, config.seed)
   seeded = config.copy_and_resolve_references()

@@ -1,0 +1,30 @@
+"""benchmarks/common.py: the tiny benchmarks' shared command line and setup."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_common", REPO / "benchmarks/common.py")
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+
+def test_tiny_setup_builds_the_named_config():
+  args, config, setup = common.tiny_setup("Doc line.\nmore", reps=3, argv=["--config-arg", "smoke"])
+  assert args.reps == 3 and args.config_arg == "smoke"
+  sys.path.insert(0, str(REPO / "experiments" / "configs"))
+  import tiny
+
+  assert config.to_dict() == tiny.get_config("smoke").to_dict()
+  assert setup.config is config
+  assert setup.spec.num_games == config.spade.num_games
+
+
+def test_tiny_setup_without_reps_rejects_it():
+  args, config, _ = common.tiny_setup("Doc.", argv=[])
+  assert args.config_arg == "" and not hasattr(args, "reps")
+  with pytest.raises(SystemExit):
+    common.tiny_setup("Doc.", argv=["--reps", "2"])
