@@ -10,7 +10,7 @@ import pytest
 
 from spade_jax.envs.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
 from spade_jax.tiny import iteration
-from spade_jax.tiny.train import IterationCompiler, TinySetup
+from spade_jax.tiny.train import TinySetup
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,16 +50,13 @@ def test_iterations_compile_once_per_variant_without_host_transfers(setup_state)
   iteration.iterate.clear_cache()  # other tests may have traced the same shapes in-process
   before = dict(iteration.TRACES)
   outs = []
-  # the run's own path: both variants compiled ahead of time from the shapes (the executables
-  # the smoke runs of test_tiny_train.py and the notebook then load from the persistent cache)
-  compiled = IterationCompiler(
-    graphdef, state, carry, jax.device_put(setup.inputs(0, None)), setup.spec
-  )
   for step in range(4):  # regen, replay, regen, replay
     regen = step % setup.config.spade.regen_interval == 0
     inputs = jax.device_put(setup.inputs(step, None))
     with jax.transfer_guard("disallow"):
-      state, carry, out = compiled(state, carry, inputs, regen)
+      state, carry, out = iteration.iterate(
+        graphdef, state, carry, inputs, spec=setup.spec, regen=regen
+      )
     outs.append(jax.device_get(out))
   delta = {k: v - before.get(k, 0) for k, v in iteration.TRACES.items()}
   assert {k: v for k, v in delta.items() if v} == {

@@ -12,7 +12,6 @@ and the step (host), so a killed run resumes exactly.
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from concurrent.futures import Future
@@ -272,49 +271,30 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
   host["pool"] = pool
 
 
-class Background:
-  """Jobs run in submission order on one daemon thread (a run that stops early does not wait
-  for one at exit); ``submit(fn)`` returns a `Future` whose ``result()`` re-raises ``fn``'s
-  error in the caller."""
-
-  def __init__(self):
-    self._jobs = queue.SimpleQueue()
-    threading.Thread(target=self._work, name="tiny-background", daemon=True).start()
-
-  def submit(self, fn) -> Future:
-    future = Future()
-    self._jobs.put((fn, future))
-    return future
-
-  def _work(self):
-    while True:
-      fn, future = self._jobs.get()
-      try:
-        future.set_result(fn())
-      except BaseException as e:
-        future.set_exception(e)
-
-
 class IterationCompiler:
-  """Both variants of `iteration.iterate`, lowered and compiled ahead of time on a `Background`
+  """Both variants of `iteration.iterate`, lowered and compiled ahead of time in a background
   thread from the shapes of the run's state, carry and inputs, so that their compile (minutes on
-  a 2-core CPU, most of it single-threaded LLVM) overlaps the warm start instead of stalling the
-  first two steps. ``self(state, carry, inputs, regen)`` waits for that variant's executable
-  and calls it: the program the jitted call would compile (one trace per variant, counted in
-  `iteration.TRACES`), for arrays placed like the shapes (`jax.ShapeDtypeStruct` shardings)."""
+  a 2-core CPU, most of it single-threaded LLVM) overlaps the warm start and the first held-out
+  evaluation instead of stalling the first two steps. ``self(state, carry, inputs, regen)``
+  waits for that variant's executable and calls it: the same program the jitted call would
+  compile (one trace per variant, counted in `iteration.TRACES`)."""
 
-  def __init__(self, graphdef, state, carry, inputs, spec, background: Background | None = None):
+  def __init__(self, graphdef, state, carry, inputs, spec):
     def shape_of(x):
       return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
 
     args = (graphdef, *jax.tree.map(shape_of, (state, carry, inputs)))
-    background = background or Background()
-    self._compiled = {  # in the order the run needs them
-      regen: background.submit(
-        lambda r=regen: iteration.iterate.lower(*args, spec=spec, regen=r).compile()
-      )
-      for regen in (True, False)
-    }
+    self._compiled = {True: Future(), False: Future()}  # in the order the run needs them
+
+    def work():
+      for regen, future in self._compiled.items():
+        try:
+          future.set_result(iteration.iterate.lower(*args, spec=spec, regen=regen).compile())
+        except BaseException as e:  # surfaces in the main thread at the call
+          future.set_exception(e)
+
+    # a daemon: a run that stops early (error, interrupt) does not wait for a compile at exit
+    threading.Thread(target=work, name="tiny-compile", daemon=True).start()
 
   def __call__(self, state, carry, inputs, regen: bool):
     return self._compiled[regen].result()(state, carry, inputs)
@@ -359,28 +339,20 @@ def train_tiny(config, workdir) -> dict:
   state, carry = jax.device_put((state, carry), jax.devices()[0])
   _truncate_metrics(workdir / "metrics.jsonl", start)
   writer = metrics.MetricsWriter(workdir, wandb_config=_config_json(config))
-  heldout = TinyHeldout(
-    graphdef, state.params, setup.tok, setup.framing, setup.library, config, spec=setup.rollout_spec
-  )
-  warming = start == 0 and config.warm_start.steps > 0
-  background = Background()
-  eval_ready = None
-  if warming and config.eval.every:
-    # the held-out evaluation's executable is built (by one evaluation of the initial
-    # weights, its result dropped) while the warm start runs; the loop's first evaluation
-    # waits for it and then finds it in the jit cache (same shapes, same placement)
-    eval_ready = background.submit(lambda p=state.params: heldout.evaluate(p))
   if start < config.steps:
     compiled = IterationCompiler(
-      graphdef, state, carry, jax.device_put(setup.inputs(start, memory)), setup.spec, background
+      graphdef, state, carry, jax.device_put(setup.inputs(start, memory)), setup.spec
     )
-  if warming:
+  if start == 0 and config.warm_start.steps > 0:
     from spade_jax.tiny.warmstart import warm_start
 
     t = time.perf_counter()
     state, warm = warm_start(graphdef, state, setup)
     warm["perf/warm_start_s"] = time.perf_counter() - t
     (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
+  heldout = TinyHeldout(
+    graphdef, state.params, setup.tok, setup.framing, setup.library, config, spec=setup.rollout_spec
+  )
   bar = metrics.ProgressBar(
     config.steps,
     initial=start,
@@ -395,9 +367,6 @@ def train_tiny(config, workdir) -> dict:
       row = {}
       if config.eval.every and step % config.eval.every == 0:  # before this step's update
         t = time.perf_counter()
-        if eval_ready is not None:
-          eval_ready.result()
-          eval_ready = None
         row.update(heldout.evaluate(state.params))
         row["perf/eval_s"] = time.perf_counter() - t
       inputs = jax.device_put(setup.inputs(step, memory))
