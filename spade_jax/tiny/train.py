@@ -12,9 +12,7 @@ and the step (host), so a killed run resumes exactly.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import jax
@@ -271,35 +269,6 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
   host["pool"] = pool
 
 
-class IterationCompiler:
-  """Both variants of `iteration.iterate`, lowered and compiled ahead of time in a background
-  thread from the shapes of the run's state, carry and inputs, so that their compile (minutes on
-  a 2-core CPU, most of it single-threaded LLVM) overlaps the warm start and the first held-out
-  evaluation instead of stalling the first two steps. ``self(state, carry, inputs, regen)``
-  waits for that variant's executable and calls it: the same program the jitted call would
-  compile (one trace per variant, counted in `iteration.TRACES`)."""
-
-  def __init__(self, graphdef, state, carry, inputs, spec):
-    def shape_of(x):
-      return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-
-    args = (graphdef, *jax.tree.map(shape_of, (state, carry, inputs)))
-    self._compiled = {True: Future(), False: Future()}  # in the order the run needs them
-
-    def work():
-      for regen, future in self._compiled.items():
-        try:
-          future.set_result(iteration.iterate.lower(*args, spec=spec, regen=regen).compile())
-        except BaseException as e:  # surfaces in the main thread at the call
-          future.set_exception(e)
-
-    # a daemon: a run that stops early (error, interrupt) does not wait for a compile at exit
-    threading.Thread(target=work, name="tiny-compile", daemon=True).start()
-
-  def __call__(self, state, carry, inputs, regen: bool):
-    return self._compiled[regen].result()(state, carry, inputs)
-
-
 def train_tiny(config, workdir) -> dict:
   """Runs (or resumes) the tiny SPADE experiment in ``workdir``; returns the last metrics."""
   from spade_jax.train import UserError, _check_resume_config, _config_json, _truncate_metrics
@@ -332,17 +301,8 @@ def train_tiny(config, workdir) -> dict:
     host["pool"] = saved["pool"]
     if memory is not None:
       host["memory"] = memory = EnvMemory.from_state(saved["memory"])
-  # One placement for the whole run, fresh or resumed: arrays committed to one device. The
-  # ahead-of-time compiled iteration returns committed arrays, a checkpoint restores committed
-  # ones; uncommitted params from `init_state` / the warm start would make every jitted
-  # consumer (the held-out evaluation) compile a second executable for the committed ones.
-  state, carry = jax.device_put((state, carry), jax.devices()[0])
   _truncate_metrics(workdir / "metrics.jsonl", start)
   writer = metrics.MetricsWriter(workdir, wandb_config=_config_json(config))
-  if start < config.steps:
-    compiled = IterationCompiler(
-      graphdef, state, carry, jax.device_put(setup.inputs(start, memory)), setup.spec
-    )
   if start == 0 and config.warm_start.steps > 0:
     from spade_jax.tiny.warmstart import warm_start
 
@@ -371,7 +331,9 @@ def train_tiny(config, workdir) -> dict:
         row["perf/eval_s"] = time.perf_counter() - t
       inputs = jax.device_put(setup.inputs(step, memory))
       with jax.transfer_guard("disallow"):
-        state, carry, out = compiled(state, carry, inputs, regen)
+        state, carry, out = iteration.iterate(
+          graphdef, state, carry, inputs, spec=setup.spec, regen=regen
+        )
       out = jax.device_get(out)  # the iteration's one host sync
       row.update(_scalars(out))
       dt = time.perf_counter() - t0
