@@ -2,6 +2,7 @@
 `train.train`, its artifacts and metrics, and exact resume after SIGKILL. (The default job's
 trends are checked on a recorded run by `benchmarks/tiny_trends.py --check`, not here.)"""
 
+import collections
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -18,6 +20,7 @@ from spade_jax import metrics, train
 from spade_jax.tiny import iteration
 
 REPO = Path(__file__).resolve().parents[1]
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 RUN = [sys.executable, str(REPO / "experiments" / "run.py")]
 SMOKE = "--config=" + str(REPO / "experiments" / "configs" / "tiny.py") + ":smoke"
 
@@ -34,11 +37,21 @@ def smoke_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("tiny") / "run"
   iteration.iterate.clear_cache()  # other tests may have traced the same shapes in-process
   before = dict(iteration.TRACES)
-  t0 = time.perf_counter()
-  last = train.train(smoke_config(), workdir)
-  seconds = time.perf_counter() - t0
+  compiles = collections.Counter()  # executables built (or loaded from the persistent cache)
+
+  def on_event(event, duration, fun_name="", **_):
+    if event == BACKEND_COMPILE_EVENT:  # fun_name: "jit(iterate)"
+      compiles[fun_name.removeprefix("jit(").removesuffix(")")] += 1
+
+  jax.monitoring.register_event_duration_secs_listener(on_event)
+  try:
+    t0 = time.perf_counter()
+    last = train.train(smoke_config(), workdir)
+    seconds = time.perf_counter() - t0
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on_event)
   traces = {k: v - before.get(k, 0) for k, v in iteration.TRACES.items()}
-  return workdir, last, seconds, traces
+  return workdir, last, seconds, traces, compiles
 
 
 def _comparable(rows):
@@ -46,7 +59,7 @@ def _comparable(rows):
 
 
 def test_smoke_run_artifacts_and_metrics(smoke_run):
-  workdir, last, seconds, traces = smoke_run
+  workdir, last, seconds, traces, compiles = smoke_run
   assert seconds < 120, f"tiny smoke took {seconds:.0f} s"
   rows = metrics.read_metrics(workdir / "metrics.jsonl")
   assert [r["step"] for r in rows] == [0, 1, 2]
@@ -73,6 +86,13 @@ def test_smoke_run_artifacts_and_metrics(smoke_run):
     "iterate/regen=True": 1,
     "iterate/regen=False": 1,
   }
+  # ... compiled once each, and one executable each
+  # for the warm start's oracle episodes and the held-out evaluation: the params the
+  # evaluation sees after an iteration are placed like those it saw first (no recompile)
+  assert (compiles["iterate"], compiles["rollout"]) == (2, 2), (
+    compiles["iterate"],
+    compiles["rollout"],
+  )
   records = sorted((workdir / "envs").glob("*.json"))
   assert len(records) == 8  # 4 games x 2 regeneration steps
   r0 = json.loads(records[0].read_text())
@@ -103,7 +123,8 @@ def test_run_py_smoke_resumes_and_sigkill_gives_identical_metrics(smoke_run, tmp
     os.killpg(proc.pid, signal.SIGKILL)
   finally:
     proc.wait(timeout=60)
-  subprocess.run(cmd, check=True, timeout=600, env=env, capture_output=True)
+  res = subprocess.run(cmd, timeout=600, env=env, capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr[-3000:]
   got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
   want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
   assert got == want

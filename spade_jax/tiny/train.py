@@ -310,6 +310,10 @@ def train_tiny(config, workdir) -> dict:
     state, warm = warm_start(graphdef, state, setup)
     warm["perf/warm_start_s"] = time.perf_counter() - t
     (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
+  # one committed placement for the whole run: restored arrays are committed and fresh ones are
+  # not (nor are all of the warm start's), and jit keys its executables on that, so without this a resumed run misses the
+  # persistent compilation cache and the held-out evaluation compiles twice
+  state, carry = jax.device_put((state, carry), jax.devices()[0])
   heldout = TinyHeldout(
     graphdef, state.params, setup.tok, setup.framing, setup.library, config, spec=setup.rollout_spec
   )
