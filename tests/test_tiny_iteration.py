@@ -10,7 +10,7 @@ import pytest
 
 from spade_jax.envs.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
 from spade_jax.tiny import iteration
-from spade_jax.tiny.train import TinySetup
+from spade_jax.tiny.train import TinySetup, place
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,9 @@ def small_config():
 def setup_state():
   setup = TinySetup(small_config())
   graphdef, state, carry = setup.init_state()
+  # placed like a run's, so the smoke runs of test_tiny_train.py and the notebook load these
+  # executables from the persistent cache
+  state, carry = place((state, carry))
   return setup, graphdef, state, carry
 
 

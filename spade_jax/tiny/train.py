@@ -269,6 +269,14 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
   host["pool"] = pool
 
 
+def place(tree):
+  """``tree`` committed to the run's one device. A tiny run's state and carry are placed so
+  once, fresh or resumed: restored arrays are committed and fresh ones (and some of the warm
+  start's) are not, and jit keys its executables on that, so mixed placements would compile
+  the held-out evaluation twice and make a resumed run miss the persistent compilation cache."""
+  return jax.device_put(tree, jax.devices()[0])
+
+
 def train_tiny(config, workdir) -> dict:
   """Runs (or resumes) the tiny SPADE experiment in ``workdir``; returns the last metrics."""
   from spade_jax.train import UserError, _check_resume_config, _config_json, _truncate_metrics
@@ -310,10 +318,7 @@ def train_tiny(config, workdir) -> dict:
     state, warm = warm_start(graphdef, state, setup)
     warm["perf/warm_start_s"] = time.perf_counter() - t
     (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
-  # one committed placement for the whole run: restored arrays are committed and fresh ones are
-  # not (nor are all of the warm start's), and jit keys its executables on that, so without this a resumed run misses the
-  # persistent compilation cache and the held-out evaluation compiles twice
-  state, carry = jax.device_put((state, carry), jax.devices()[0])
+  state, carry = place((state, carry))
   heldout = TinyHeldout(
     graphdef, state.params, setup.tok, setup.framing, setup.library, config, spec=setup.rollout_spec
   )
