@@ -86,9 +86,9 @@ def test_smoke_run_artifacts_and_metrics(smoke_run):
     "iterate/regen=True": 1,
     "iterate/regen=False": 1,
   }
-  # ... compiled once each, and one executable each
-  # for the warm start's oracle episodes and the held-out evaluation: the params the
-  # evaluation sees after an iteration are placed like those it saw first (no recompile)
+  # ... compiled once each, and one executable each for the warm start's oracle episodes and
+  # the held-out evaluation: the params the evaluation sees after an iteration are placed like
+  # those it saw first (no recompile)
   assert (compiles["iterate"], compiles["rollout"]) == (2, 2), (
     compiles["iterate"],
     compiles["rollout"],

@@ -270,10 +270,10 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
 
 
 def place(tree):
-  """``tree`` committed to the run's one device. A tiny run's state and carry are placed so
-  once, fresh or resumed: restored arrays are committed and fresh ones (and some of the warm
-  start's) are not, and jit keys its executables on that, so mixed placements would compile
-  the held-out evaluation twice and make a resumed run miss the persistent compilation cache."""
+  """``tree`` committed to the run's one device. A tiny run places its state and carry this way
+  once, fresh or resumed: restored arrays are committed, fresh ones (and some of the warm
+  start's) are not, and jit keys its executables on that, so mixed placements compile extra
+  executables and make a resumed run miss the persistent compilation cache."""
   return jax.device_put(tree, jax.devices()[0])
 
 
