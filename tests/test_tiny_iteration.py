@@ -55,7 +55,7 @@ def test_iterations_compile_once_per_variant_without_host_transfers(setup_state)
   outs = []
   for step in range(4):  # regen, replay, regen, replay
     regen = step % setup.config.spade.regen_interval == 0
-    inputs = jax.device_put(setup.inputs(step, None))
+    inputs = place(setup.inputs(step, None))
     with jax.transfer_guard("disallow"):
       state, carry, out = iteration.iterate(
         graphdef, state, carry, inputs, spec=setup.spec, regen=regen
