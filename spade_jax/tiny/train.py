@@ -271,11 +271,11 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
 
 def place(tree):
   """``tree`` committed to the run's one device. A tiny run places its state and carry this way
-  once, fresh or resumed, and every step's inputs: restored arrays are committed, fresh ones (and some of the warm
-  start's) are not, and jit keys its executables on that, so mixed placements compile extra
-  executables and make a resumed run miss the persistent compilation cache. (Committed inputs
-  also give the jitted iteration the cache key of one lowered ahead of time from
-  `ShapeDtypeStruct`s with these shardings, BUILD_NOTES stop 17.)"""
+  once, fresh or resumed, and every step's inputs: restored arrays are committed, fresh ones
+  (and some of the warm start's) are not, and jit keys its executables on that, so mixed
+  placements compile extra executables and make a resumed run miss the persistent compilation
+  cache. Committed inputs also give the jitted iteration the cache key of one lowered ahead of
+  time from `ShapeDtypeStruct`s with these shardings (benchmarks/tiny_cache_key.py)."""
   return jax.device_put(tree, jax.devices()[0])
 
 
