@@ -44,6 +44,7 @@ class UserError(Exception):
 # Config fields that may change between a run and its resumption.
 _RESUMABLE_CHANGES = (
   "steps",
+  "compile_ahead",
   "checkpoint_every",
   "keep_checkpoints",
   "plot_every",

@@ -52,4 +52,6 @@ def get_config(arg: str = ""):
     c.eval.episodes_per_setting = 1
     c.progress = False
     c.plot_every = 0
+    # a 4-step warm start leaves nothing to overlap (tests/test_tiny_compile_ahead.py turns it on)
+    c.compile_ahead = False
   return c

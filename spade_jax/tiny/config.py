@@ -27,6 +27,9 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.keep_checkpoints = 2
   c.progress = True
   c.plot_every = 20
+  # compile the iteration and held-out evaluation in a child process during the warm start
+  # (tiny/compile_ahead.py); uses a persistent compilation cache (yours, else workdir's)
+  c.compile_ahead = True
   c.records_per_step = 64  # environment records written to workdir/envs per regeneration
 
   c.model = ml_collections.ConfigDict()  # Qwen3 architecture (q/k norm, GQA, SwiGLU), from scratch

@@ -31,7 +31,7 @@ from spade_jax.rl.train_state import abstract_state, create_train_state
 from spade_jax.spade import plots, rewards, skills
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import NUM_SKILLS
-from spade_jax.tiny import iteration
+from spade_jax.tiny import compile_ahead, iteration
 from spade_jax.tiny.config import check_tiny_config
 from spade_jax.tiny.heldout import LibraryPrograms, TinyHeldout, training_settings
 from spade_jax.tiny.iteration import SOURCES
@@ -292,6 +292,8 @@ def train_tiny(config, workdir) -> dict:
   _check_resume_config(workdir, config)
   for sub in ("envs", "plots"):
     (workdir / sub).mkdir(exist_ok=True)
+  if config.compile_ahead:
+    compile_ahead.cache_dir(workdir)  # set before the first compile; also serves a resume
   setup = TinySetup(config)
   graphdef, state, carry = setup.init_state()
   memory = EnvMemory() if config.spade.memory else None
@@ -313,13 +315,24 @@ def train_tiny(config, workdir) -> dict:
       host["memory"] = memory = EnvMemory.from_state(saved["memory"])
   _truncate_metrics(workdir / "metrics.jsonl", start)
   writer = metrics.MetricsWriter(workdir, wandb_config=_config_json(config))
-  if start == 0 and config.warm_start.steps > 0:
-    from spade_jax.tiny.warmstart import warm_start
+  ahead = None
+  try:
+    if start == 0 and config.warm_start.steps > 0:
+      from spade_jax.tiny.warmstart import warm_start
 
-    t = time.perf_counter()
-    state, warm = warm_start(graphdef, state, setup)
-    warm["perf/warm_start_s"] = time.perf_counter() - t
-    (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
+      if config.compile_ahead:  # the big programs compile in a child meanwhile
+        ahead = compile_ahead.AheadOfTime(workdir)
+      t = time.perf_counter()
+      state, warm = warm_start(graphdef, state, setup)
+      warm["perf/warm_start_s"] = time.perf_counter() - t
+      if ahead is not None:
+        report = ahead.wait()
+        warm["perf/compile_ahead_wait_s"] = time.perf_counter() - t - warm["perf/warm_start_s"]
+        warm["perf/compile_ahead_ok"] = report["ok"]
+      (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
+  finally:
+    if ahead is not None:
+      ahead.kill()
   state, carry = place((state, carry))
   heldout = TinyHeldout(
     graphdef, state.params, setup.tok, setup.framing, setup.library, config, spec=setup.rollout_spec
