@@ -26,6 +26,9 @@ def smoke_config():
 
 def test_child_compiles_what_the_run_looks_up(tmp_path):
   workdir = tmp_path / "run"
+  # Programs already compiled in this process (other tests' runs of the same shapes) are not
+  # looked up in the persistent cache again: start from empty in-memory caches.
+  jax.clear_caches()
   keys = compile_ahead.CacheKeys().attach()  # the run's own persistent-cache lookups
   try:
     train.train(smoke_config(), workdir)

@@ -35,7 +35,10 @@ def smoke_config():
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("tiny") / "run"
-  iteration.iterate.clear_cache()  # other tests may have traced the same shapes in-process
+  # Other tests (test_tiny_compile_ahead runs the same config) may have traced and compiled
+  # the same programs in this process: start from empty in-memory caches so the counts below
+  # are this run's own (executables still come from the persistent cache).
+  jax.clear_caches()
   before = dict(iteration.TRACES)
   compiles = collections.Counter()  # executables built (or loaded from the persistent cache)
 
