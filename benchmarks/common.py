@@ -35,13 +35,21 @@ def matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 7) -> float:
   return 2 * n**3 / t
 
 
-def tiny_setup(doc: str, reps: int | None = None, argv: list[str] | None = None):
-  """Parse ``--config-arg`` (and ``--reps`` when given its default) and build the `TinySetup` of
-  ``experiments/configs/tiny.py[:ARG]``. Returns ``(args, config, setup)``."""
+def tiny_setup(
+  doc: str,
+  reps: int | None = None,
+  argv: list[str] | None = None,
+  extra: Callable[[argparse.ArgumentParser], object] | None = None,
+):
+  """Parse ``--config-arg`` (and ``--reps`` when given its default, and whatever ``extra``
+  adds to the parser) and build the `TinySetup` of ``experiments/configs/tiny.py[:ARG]``.
+  Returns ``(args, config, setup)``."""
   ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
   ap.add_argument("--config-arg", default="", help="the tiny config's argument, e.g. smoke")
   if reps is not None:
     ap.add_argument("--reps", type=int, default=reps)
+  if extra is not None:
+    extra(ap)
   args = ap.parse_args(argv)
   configs = str(Path(__file__).resolve().parents[1] / "experiments" / "configs")
   if configs not in sys.path:

@@ -28,3 +28,12 @@ def test_tiny_setup_without_reps_rejects_it():
   assert args.config_arg == "" and not hasattr(args, "reps")
   with pytest.raises(SystemExit):
     common.tiny_setup("Doc.", argv=["--reps", "2"])
+
+
+def test_tiny_setup_takes_a_scripts_own_arguments():
+  args, _, _ = common.tiny_setup(
+    "Doc.",
+    argv=["--steps", "5"],
+    extra=lambda p: p.add_argument("--steps", type=int, default=40),
+  )
+  assert args.steps == 5

@@ -130,8 +130,37 @@ def sft_rows(
   return d, a
 
 
+def draw_indices(seed: int, steps: int, sizes) -> tuple[np.ndarray, ...]:
+  """The rows of every supervised step, drawn up front: one ``[steps, batch]`` index array per
+  ``(rows, batch)`` in ``sizes``, drawn in that order within a step, without replacement unless
+  a batch exceeds its rows."""
+  rng = np.random.default_rng([seed, 11])
+  out = tuple(np.zeros((steps, n), np.int32) for _, n in sizes)
+  for t in range(steps):
+    for k, (rows, n) in enumerate(sizes):
+      out[k][t] = rng.choice(rows, size=n, replace=rows < n)
+  return out
+
+
+def sft_steps(step_fn, state, rows, idx):
+  """``steps`` supervised steps in one ``lax.scan`` (jit it): per step, for each row kind in
+  turn, one `step_fn` update on ``rows[k]`` at ``idx[k][step]`` (rows and indices live on
+  device, so the phase is one call, not one per batch). Returns ``(state, nll)``: per kind,
+  the mean NLL per trained token at every step."""
+
+  def body(s, idx_t):
+    nll = []
+    for r, i in zip(rows, idx_t):
+      s, m = step_fn(s, jax.tree.map(lambda x, i=i: x[i], r))
+      nll.append(m["train/nll"])
+    return s, tuple(nll)
+
+  return jax.lax.scan(body, state, idx)
+
+
 def warm_start(graphdef, state, setup):
-  """Runs ``config.warm_start.steps`` supervised steps; returns ``(state, metrics)``."""
+  """Runs ``config.warm_start.steps`` supervised steps (one agent batch, then one designer
+  batch, per step); returns ``(state, metrics)``."""
   c = setup.config
   variants = training_variants(setup, c.seed)
   designer = designer_examples(setup, variants)
@@ -142,20 +171,21 @@ def warm_start(graphdef, state, setup):
   )
   optimizer = make_optimizer(opt_cfg)
   loss_cfg = losses.LossConfig(tis_cap=None, temperature=c.agent.temperature)
-  step_fn = jax.jit(
-    functools.partial(train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg),
-    donate_argnums=0,
+  step_fn = functools.partial(
+    train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg
   )
   run_step = np.asarray(jax.device_get(state.step))  # the warm state's buffers are donated
   warm = jax.tree.map(jnp.copy, state.replace(opt_state=optimizer.init(state.params)))
-  rng = np.random.default_rng([c.seed, 11])
-  nll = {"designer": [], "agent": []}
-  d_batch = max(1, c.warm_start.batch // 4)
-  for _ in range(c.warm_start.steps):  # one agent batch and one designer batch per step
-    for name, rows, n in (("agent", a_rows, c.warm_start.batch), ("designer", d_rows, d_batch)):
-      idx = rng.choice(rows.batch_size, size=n, replace=rows.batch_size < n)
-      warm, m = step_fn(warm, rows.select(idx))
-      nll[name].append(m["train/nll"])
+  kinds = (
+    ("agent", a_rows, c.warm_start.batch),
+    ("designer", d_rows, max(1, c.warm_start.batch // 4)),
+  )
+  idx = draw_indices(c.seed, c.warm_start.steps, [(r.batch_size, n) for _, r, n in kinds])
+  nll = {name: [] for name, _, _ in kinds}
+  if c.warm_start.steps:
+    scan = jax.jit(functools.partial(sft_steps, step_fn), donate_argnums=0)
+    warm, out = scan(warm, jax.device_put(tuple(r for _, r, _ in kinds)), jax.device_put(idx))
+    nll = {name: v for (name, _, _), v in zip(kinds, out)}
   nll = {k: [float(x) for x in jax.device_get(v)] for k, v in nll.items()}
   run_opt = make_optimizer(setup.opt_cfg)
   state = warm.replace(
