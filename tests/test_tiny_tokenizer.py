@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -14,6 +16,8 @@ from spade_jax.envs.library import FAMILIES
 from spade_jax.envs.parse import make_parse_tables, parse_boxed, parse_tokens
 from spade_jax.envs.rollout_types import HINT_SEPARATOR
 from spade_jax.tiny import tokenizer as tt
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +130,12 @@ def test_chat_framing_token_bytes_and_answer_parser(tok):
     assert bool(act.found) == (want is not None)
     if want is not None:
       assert np.asarray(act.values)[: len(want)].tolist() == want
+
+
+def test_tokenizer_directory_is_removed_at_exit():
+  code = "from spade_jax.tiny import tokenizer as t; d = t.tiny_tokenizer_dir(); print(d)"
+  out = subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+  )
+  d = Path(out.stdout.strip().splitlines()[-1])
+  assert d.name.startswith("spade_tiny_tok_") and not d.exists()

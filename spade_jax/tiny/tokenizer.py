@@ -28,9 +28,11 @@ never split. Phrases are ASCII (the ByteLevel decoder maps some Latin-1 characte
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -267,8 +269,11 @@ def build_tokenizer(out_dir) -> str:
 
 @functools.lru_cache(maxsize=1)
 def tiny_tokenizer_dir() -> str:
-  """The tiny tokenizer, built once per process into a temporary directory."""
-  return build_tokenizer(tempfile.mkdtemp(prefix="spade_tiny_tok_"))
+  """The tiny tokenizer, built once per process into a temporary directory (removed when the
+  process exits)."""
+  out = tempfile.mkdtemp(prefix="spade_tiny_tok_")
+  atexit.register(shutil.rmtree, out, ignore_errors=True)
+  return build_tokenizer(out)
 
 
 def load_tiny_tokenizer():
