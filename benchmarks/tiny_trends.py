@@ -3,8 +3,9 @@
   python benchmarks/tiny_trends.py runs/tiny [--check]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
-quarter of the steps that logged it: held-out accuracy (``eval/accuracy``), the agent's solve
-rate on the current pools, the designer's valid rate, and the two difficulty proxies of the
+quarter of the steps that logged it: held-out accuracy (``eval/accuracy``, and its two parts
+``eval/unseen_levels`` and ``eval/unseen_families``), the agent's solve rate on the current
+pools, the designer's valid rate (per game and per attempt), and the difficulty proxies of the
 designer's pools (``designer/difficulty_bits``: bits of task randomness of valid programs;
 ``designer/difficulty``: unhinted failure rate of each new pool for the current agent;
 ``designer/difficulty_ref``: its failure rate for the frozen warm-started policy, a yardstick
@@ -45,9 +46,12 @@ POOL_SERIES = ("designer/", "agent/")
 
 SERIES = (
   "eval/accuracy",
+  "eval/unseen_levels",
+  "eval/unseen_families",
   "agent/solve_rate",
   "agent/solve_rate_hint",
   "designer/valid_rate",
+  "designer/attempt_valid_rate",
   "designer/regret_mean",
   "designer/difficulty_bits",
   "designer/difficulty",
@@ -131,6 +135,35 @@ def trends(path: Path) -> dict:
   return out
 
 
+def timing(path: Path) -> dict:
+  """Where a run's time went (``perf/`` series; timings are not part of the trends): the warm
+  start (and the wait for the ahead-of-time compile) from ``warm_start.json``, the first
+  regeneration and replay steps (which include compiles or cache loads), and the median of the
+  later regeneration steps (those that logged ``designer/valid_rate``) and replay steps."""
+  rows = metrics.read_metrics(path)
+  steps = [r for r in rows if r.get("perf/step_s") is not None]
+  if not steps:
+    return {}
+  regen = [r for r in steps if r.get("designer/valid_rate") is not None]
+  replay = [r for r in steps if r.get("designer/valid_rate") is None]
+  out = {"steps_s": round(sum(r["perf/step_s"] for r in steps), 1)}
+  for name, group in (("regeneration", regen), ("replay", replay)):
+    if group:
+      out[f"first_{name}_step_s"] = round(group[0]["perf/step_s"], 2)
+      if len(group) > 1:
+        out[f"median_{name}_step_s"] = round(
+          float(np.median([r["perf/step_s"] for r in group[1:]])), 2
+        )
+  env = [r["perf/env_steps_per_s"] for r in steps if r.get("perf/env_steps_per_s")]
+  if env:
+    out["median_env_steps_per_s"] = round(float(np.median(env)), 1)
+  warm = path.parent / "warm_start.json"
+  if warm.exists():
+    w = json.loads(warm.read_text())
+    out.update({k.removeprefix("perf/"): v for k, v in w.items() if k.startswith("perf/")})
+  return out
+
+
 def check(t: dict) -> list[str]:
   failures = []
   if not t.get("first_valid_rate"):
@@ -163,7 +196,7 @@ def main() -> None:
   path = Path(args.run)
   path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
   t = trends(path)
-  print(json.dumps(t, indent=1))
+  print(json.dumps({**t, "perf": timing(path)}, indent=1))
   if args.check:
     failures = check(t)
     for f in failures:

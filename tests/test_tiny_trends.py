@@ -97,3 +97,22 @@ def test_pool_series_pair_by_skill_composition(tmp_path):
   assert "paired_diff" not in t["eval/accuracy"]  # held-out plays do not depend on the pool
   assert len(ref["by_skills"]) == 5 and max(ref["by_skills"].values()) > 0.6
   assert tiny_trends.check(t) == []
+
+
+def test_timing_splits_regeneration_and_replay_steps(tmp_path):
+  rows = []
+  for step in range(6):  # regenerations at even steps (they log the designer's metrics)
+    r = {"step": step, "perf/step_s": [30.0, 9.0, 3.0, 2.0, 5.0, 1.0][step]}
+    if step % 2 == 0:
+      r["designer/valid_rate"] = 1.0
+    rows.append(r)
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  (tmp_path / "warm_start.json").write_text(json.dumps({"warm/steps": 4, "perf/warm_start_s": 7}))
+  assert tiny_trends.timing(tmp_path / "metrics.jsonl") == {
+    "steps_s": 50.0,
+    "first_regeneration_step_s": 30.0,
+    "median_regeneration_step_s": 4.0,
+    "first_replay_step_s": 9.0,
+    "median_replay_step_s": 1.5,
+    "warm_start_s": 7,
+  }
