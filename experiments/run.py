@@ -29,6 +29,12 @@ def _fail(msg: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+  if os.environ.get("SPADE_DISTRIBUTED") == "1":  # multi-host launch (launch/*.sh)
+    import jax
+
+    # Before the config is loaded: its imports (gymnax) already start jax's backend, after
+    # which jax.distributed.initialize() refuses to run.
+    jax.distributed.initialize()
   try:
     FLAGS(argv)
   except flags.Error as e:
@@ -50,10 +56,6 @@ def main(argv: list[str]) -> int:
   if not FLAGS.workdir:
     _fail("--workdir is required")
 
-  if os.environ.get("SPADE_DISTRIBUTED") == "1":  # multi-host launch (launch/*.sh)
-    import jax
-
-    jax.distributed.initialize()
   from spade_jax import train  # imported late: flag errors should not wait for jax
 
   try:

@@ -1,4 +1,5 @@
-"""experiments/run.py bad input: one-line errors and exit status 2, before any training."""
+"""experiments/run.py bad input: one-line errors and exit status 2, before any training; the
+multi-host launch initialises jax.distributed before anything starts jax's backend."""
 
 import os
 import subprocess
@@ -11,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "experiments/configs/smollm2_cpu.py:smoke"
 
 
-def run(*args, timeout=120):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+def run(*args, timeout=120, **env_vars):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", **env_vars)
   env.pop("XLA_FLAGS", None)
   return subprocess.run(
     [sys.executable, "experiments/run.py", *args],
@@ -67,3 +68,28 @@ def test_unreadable_corpus(tmp_path):
   bad.write_text('{"text": "fine"}\nnot json\n')
   res = run("--config", SMOKE, "--workdir", str(tmp_path / "w"), f"--config.spade.corpus={bad}")
   assert res.returncode == 2 and f"{bad.name}:2" in res.stderr, res.stderr[-2000:]
+
+
+def test_distributed_launch_initialises_before_the_config_loads(tmp_path):
+  """``SPADE_DISTRIBUTED=1`` (launch/*.sh) under a one-task SLURM job: jax.distributed starts
+  before the config's imports (gymnax) start the backend, then the bad override is reported as
+  usual; initialised later, jax raises instead."""
+  slurm = dict(
+    SPADE_DISTRIBUTED="1",
+    SLURM_JOB_ID=str(1000 + os.getpid() % 3000),  # coordinator port from the job id
+    SLURM_STEP_NODELIST="localhost",
+    SLURM_NTASKS="1",
+    SLURM_PROCID="0",
+    SLURM_LOCALID="0",
+    SLURM_STEP_NUM_NODES="1",
+  )
+  res = run(
+    "--config",
+    "experiments/configs/tiny.py:smoke",
+    "--workdir",
+    str(tmp_path / "w"),
+    "--config.spade.plateau=(0.5, 0.4, 0.6, 0.85)",
+    **slurm,
+  )
+  assert res.returncode == 2 and "error: " in res.stderr, res.stderr[-2000:]
+  assert "spade.plateau" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
