@@ -5,6 +5,7 @@ its scanned steps are the per-batch updates they replace."""
 import dataclasses
 import functools
 import sys
+import types
 from pathlib import Path
 
 import jax
@@ -107,8 +108,14 @@ def test_scanned_steps_equal_one_call_per_batch():
   order, equal up to float rounding (XLA fuses the scan body differently)."""
   setup = TinySetup(config())
   graphdef, state, _ = setup.init_state()
-  episodes = warmstart.agent_examples(graphdef, state.params, setup, 0)
-  d_rows, a_rows = warmstart.sft_rows(designer_examples(setup), episodes)
+  designer = designer_examples(setup)
+  # stand-ins for the oracle episodes (no rollout to compile): shorter rows of another length
+  short = [r[:20] for _, r in designer] * 3
+  episodes = types.SimpleNamespace(
+    tokens=short, loss_mask=[[0] + [1] * (len(t) - 1) for t in short], solved=[True] * len(short)
+  )
+  d_rows, a_rows = warmstart.sft_rows(designer, episodes)
+  assert a_rows.seq_len < d_rows.seq_len
   kinds = (a_rows, 8), (d_rows, 2)
   idx = warmstart.draw_indices(0, 3, [(r.batch_size, n) for r, n in kinds])
   opt_cfg = dataclasses.replace(setup.opt_cfg, learning_rate=3e-3, schedule="constant")
