@@ -60,3 +60,21 @@ def tiny_setup(
 
   config = tiny.get_config(args.config_arg)
   return args, config, TinySetup(config)
+
+
+def restore_tiny_run(run: Path):
+  """A tiny run's workdir, rebuilt: its config (``RUN/config.json``), `TinySetup`, model
+  graphdef and the train state of its latest checkpoint. Returns ``(config, setup, graphdef,
+  state)``."""
+  from spade_jax import checkpoint
+  from spade_jax.rl.train_state import abstract_state
+  from spade_jax.tiny.config import load_run_config
+  from spade_jax.tiny.train import TinySetup
+
+  config = load_run_config(run)
+  setup = TinySetup(config)
+  graphdef, state, carry = setup.init_state()
+  ckpt = checkpoint.Checkpointer(run / "checkpoints", model_config=setup.model_cfg)
+  restored, _ = ckpt.restore(abstract_state({"state": state, "carry": carry}), ckpt.latest_step())
+  ckpt.close()
+  return config, setup, graphdef, restored["state"]

@@ -32,13 +32,10 @@ sys.path.insert(0, str(REPO / "experiments" / "configs"))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spade_jax import checkpoint  # noqa: E402
+from benchmarks.common import restore_tiny_run  # noqa: E402
 from spade_jax.envs import assembly  # noqa: E402
-from spade_jax.rl.train_state import abstract_state  # noqa: E402
 from spade_jax.tiny import variants as tiny_variants  # noqa: E402
-from spade_jax.tiny.config import load_run_config  # noqa: E402
 from spade_jax.tiny.heldout import greedy_rollout, training_settings  # noqa: E402
-from spade_jax.tiny.train import TinySetup  # noqa: E402
 
 BINS = ("lib", "easier", "near", "harder")
 
@@ -55,13 +52,7 @@ def main() -> None:
   ap.add_argument("--variants", type=int, default=32)
   args = ap.parse_args()
   run = Path(args.run)
-  config = load_run_config(run)
-  setup = TinySetup(config)
-  graphdef, state, carry = setup.init_state()
-  ckpt = checkpoint.Checkpointer(run / "checkpoints", model_config=setup.model_cfg)
-  restored, _ = ckpt.restore(abstract_state({"state": state, "carry": carry}), ckpt.latest_step())
-  ckpt.close()
-  restored = restored["state"]
+  config, setup, graphdef, restored = restore_tiny_run(run)
   if restored.ref_params is None:
     sys.exit("the run keeps no frozen warm-started policy (designer.reference_plays = 0)")
 

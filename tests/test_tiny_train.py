@@ -188,3 +188,22 @@ def test_family_difficulty_benchmark_reads_a_run(smoke_run):
     assert len(rates) == 1 and 0.0 <= float(rates[0]) <= 1.0, res.stdout
   lib = re.findall(r"^  lib +([0-9.]+) \((\d+)\)$", res.stdout, re.M)
   assert len(lib) == 2 and all(0.0 <= float(r) <= 1.0 and int(n) > 0 for r, n in lib)
+
+
+def test_pool_families_benchmark_reads_a_run(smoke_run):
+  """benchmarks/tiny_pool_families.py replays a run's recorded designer games with its frozen
+  warm policy and prints the family mix and failure rates of the first and last quarter."""
+  res = subprocess.run(
+    [sys.executable, str(REPO / "benchmarks" / "tiny_pool_families.py"), str(smoke_run[0])]
+    + ["--episodes", "1"],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert res.returncode == 0, res.stderr[-2000:]
+  quarters = re.findall(
+    r"^(first|last) +quarter: (\d+) games .* failure ([0-9.]+);", res.stdout, re.M
+  )
+  assert [q[0] for q in quarters] == ["first", "last"], res.stdout
+  assert all(int(n) > 0 and 0.0 <= float(f) <= 1.0 for _, n, f in quarters)
+  assert re.search(r"^within-family change ([+-][0-9.]+|n/a)$", res.stdout, re.M), res.stdout
