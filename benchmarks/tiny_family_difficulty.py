@@ -52,9 +52,7 @@ def main() -> None:
   ap.add_argument("--variants", type=int, default=32)
   args = ap.parse_args()
   run = Path(args.run)
-  config, setup, graphdef, restored = restore_tiny_run(run)
-  if restored.ref_params is None:
-    sys.exit("the run keeps no frozen warm-started policy (designer.reference_plays = 0)")
+  config, setup, graphdef, restored = restore_tiny_run(run, need_reference=True)
 
   programs, bins, fams = [], [], []
   for name, level in training_settings(setup.library, config.warm_start.max_level):

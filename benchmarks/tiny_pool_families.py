@@ -89,9 +89,7 @@ def main() -> None:
   ap.add_argument("--episodes", type=int, default=8)
   args = ap.parse_args()
   run = Path(args.run)
-  config, setup, graphdef, restored = restore_tiny_run(run)
-  if restored.ref_params is None:
-    sys.exit("the run keeps no frozen warm-started policy (designer.reference_plays = 0)")
+  config, setup, graphdef, restored = restore_tiny_run(run, need_reference=True)
   families, library_texts = {}, set()
   for (name, _level), toks in setup.library.tokens.items():
     text = setup.lang.decode(list(toks))
