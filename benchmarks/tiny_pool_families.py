@@ -58,12 +58,17 @@ def family_of(text: str, families: dict[str, set[str]]) -> tuple[str | None, flo
   return best, score
 
 
-def quarter_table(steps, fams, fail) -> dict:
-  """Per quarter ("first", "last" of the distinct steps): family -> (count, mean failure)."""
+def quarter_steps(steps) -> dict[str, set]:
+  """The first and the last quarter of the distinct ``steps``."""
   order = sorted(set(steps))
   q = max(1, len(order) // 4)
+  return {"first": set(order[:q]), "last": set(order[-q:])}
+
+
+def quarter_table(steps, fams, fail) -> dict:
+  """Per quarter ("first", "last" of the distinct steps): family -> (count, mean failure)."""
   out = {}
-  for name, chosen in (("first", set(order[:q])), ("last", set(order[-q:]))):
+  for name, chosen in quarter_steps(steps).items():
     m = np.asarray([s in chosen for s in steps])
     out[name] = {
       f: (int((m & (fams == f)).sum()), float(fail[m & (fams == f)].mean()))
@@ -123,9 +128,7 @@ def main() -> None:
     f"min {np.min(scores):.2f}"
   )
   table = quarter_table(steps, fams, fail)
-  order = sorted(set(steps))
-  q = max(1, len(order) // 4)
-  for name, chosen in (("first", set(order[:q])), ("last", set(order[-q:]))):
+  for name, chosen in quarter_steps(steps).items():
     cells = " ".join(f"{f}:{c}/{m:.2f}" for f, (c, m) in table[name].items() if f != "*")
     c, m = table[name]["*"]
     texts = [r["program"].strip() for r in records if r["step"] in chosen]

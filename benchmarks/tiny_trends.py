@@ -1,6 +1,6 @@
 """First-quarter vs last-quarter trends of a recorded tiny SPADE run.
 
-  python benchmarks/tiny_trends.py runs/tiny [--check]
+  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
 quarter of the steps that logged it: held-out accuracy (``eval/accuracy``, and its two parts
@@ -164,6 +164,14 @@ def timing(path: Path) -> dict:
   return out
 
 
+def same_metrics(path: Path, other: Path) -> tuple[int, int]:
+  """``(equal, rows)``: how many rows of two runs' metrics are equal in every series but the
+  ``perf/`` timings (a rerun of the same program on the same keys gives ``equal == rows``)."""
+  strip = lambda r: {k: v for k, v in r.items() if not k.startswith("perf/")}
+  a, b = metrics.read_metrics(path), metrics.read_metrics(other)
+  return sum(strip(x) == strip(y) for x, y in zip(a, b)), max(len(a), len(b))
+
+
 def check(t: dict) -> list[str]:
   failures = []
   if not t.get("first_valid_rate"):
@@ -192,9 +200,13 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("run", help="a tiny run's workdir (or its metrics.jsonl)")
   ap.add_argument("--check", action="store_true")
+  ap.add_argument("--same-as", help="another run: count rows with equal non-perf metrics")
   args = ap.parse_args()
-  path = Path(args.run)
-  path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
+  as_metrics = lambda p: p if p.suffix == ".jsonl" else p / "metrics.jsonl"
+  path = as_metrics(Path(args.run))
+  if args.same_as:
+    equal, rows = same_metrics(path, as_metrics(Path(args.same_as)))
+    print(f"non-perf metrics equal in {equal} of {rows} rows")
   t = trends(path)
   print(json.dumps({**t, "perf": timing(path)}, indent=1))
   if args.check:

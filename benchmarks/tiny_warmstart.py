@@ -19,8 +19,6 @@ batch plus one designer batch, as `warmstart.warm_start` runs them).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import sys
 from pathlib import Path
 
@@ -31,9 +29,6 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import median_time, tiny_setup  # noqa: E402
-from spade_jax.rl import losses  # noqa: E402
-from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer  # noqa: E402
-from spade_jax.rl.update import train_step  # noqa: E402
 from spade_jax.tiny import warmstart  # noqa: E402
 from spade_jax.tiny.train import TinySetup  # noqa: E402
 
@@ -48,21 +43,15 @@ def main() -> None:
     "seeded+32": (warmstart.designer_examples(TinySetup(seeded)), 32),
     "plain+16": (warmstart.designer_examples(setup), 16),
   }
-  ws = config.warm_start
-  opt_cfg = dataclasses.replace(
-    setup.opt_cfg, learning_rate=ws.learning_rate, schedule="constant", decay_steps=0
-  )
-  optimizer = make_optimizer(opt_cfg)
-  loss_cfg = losses.LossConfig(tis_cap=None, temperature=config.agent.temperature)
-  step_fn = jax.jit(
-    functools.partial(train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg)
-  )
+  step, optimizer = warmstart.sft_step(graphdef, setup)
+  step_fn = jax.jit(step)
   warm = state.replace(opt_state=optimizer.init(state.params))
   rng = np.random.default_rng(0)
   batches = {}
   for name, (designer, bucket) in layouts.items():
     d_rows, a_rows = warmstart.sft_rows(designer, episodes, bucket)
-    for kind, rows, n in (("agent", a_rows, ws.batch), ("designer", d_rows, max(1, ws.batch // 4))):
+    sizes = warmstart.batch_sizes(config)
+    for kind, rows, n in zip(("agent", "designer"), (a_rows, d_rows), sizes, strict=True):
       idx = rng.choice(rows.batch_size, size=n, replace=rows.batch_size < n)
       batches[name, kind] = (rows.batch_size, rows.select(idx))
   times = {k: [] for k in batches}

@@ -18,7 +18,6 @@ difference).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import time
@@ -32,9 +31,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import tiny_setup  # noqa: E402
-from spade_jax.rl import losses  # noqa: E402
-from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer  # noqa: E402
-from spade_jax.rl.update import train_step  # noqa: E402
 from spade_jax.tiny import warmstart  # noqa: E402
 
 
@@ -43,19 +39,11 @@ def main() -> None:
     __doc__, reps=3, extra=lambda p: p.add_argument("--steps", type=int, default=40)
   )
   graphdef, state, _ = setup.init_state()
-  ws = config.warm_start
   episodes = warmstart.agent_examples(graphdef, state.params, setup, config.seed)
   d_rows, a_rows = warmstart.sft_rows(warmstart.designer_examples(setup), episodes)
-  kinds = (a_rows, ws.batch), (d_rows, max(1, ws.batch // 4))
+  kinds = tuple(zip((a_rows, d_rows), warmstart.batch_sizes(config), strict=True))
   idx = warmstart.draw_indices(config.seed, args.steps, [(r.batch_size, n) for r, n in kinds])
-  opt_cfg = dataclasses.replace(
-    setup.opt_cfg, learning_rate=ws.learning_rate, schedule="constant", decay_steps=0
-  )
-  optimizer = make_optimizer(opt_cfg)
-  loss_cfg = losses.LossConfig(tis_cap=None, temperature=config.agent.temperature)
-  step = functools.partial(
-    train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg
-  )
+  step, optimizer = warmstart.sft_step(graphdef, setup)
   warm = state.replace(opt_state=optimizer.init(state.params))
   step_fn = jax.jit(step)
   scan_fn = jax.jit(functools.partial(warmstart.sft_steps, step))

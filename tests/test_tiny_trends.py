@@ -116,3 +116,10 @@ def test_timing_splits_regeneration_and_replay_steps(tmp_path):
     "median_replay_step_s": 1.5,
     "warm_start_s": 7,
   }
+
+
+def test_same_metrics_ignores_timings_only(tmp_path):
+  a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+  a.write_text('{"step": 0, "x": 1, "perf/step_s": 2}\n{"step": 1, "x": 2}\n')
+  b.write_text('{"step": 0, "x": 1, "perf/step_s": 9}\n{"step": 1, "x": 3}\n{"step": 2, "x": 1}\n')
+  assert tiny_trends.same_metrics(a, b) == (1, 3)

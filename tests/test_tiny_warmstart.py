@@ -2,7 +2,6 @@
 and optimizer fresh, and (with ``train.kl_coef > 0``) make the warm policy the KL reference;
 its scanned steps are the per-batch updates they replace."""
 
-import dataclasses
 import functools
 import sys
 import types
@@ -12,9 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-from spade_jax.rl import losses
-from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
-from spade_jax.rl.update import train_step
 from spade_jax.tiny import warmstart
 from spade_jax.tiny.heldout import training_settings
 from spade_jax.tiny.train import TinySetup
@@ -118,15 +114,7 @@ def test_scanned_steps_equal_one_call_per_batch():
   assert a_rows.seq_len < d_rows.seq_len
   kinds = (a_rows, 8), (d_rows, 2)
   idx = warmstart.draw_indices(0, 3, [(r.batch_size, n) for r, n in kinds])
-  opt_cfg = dataclasses.replace(setup.opt_cfg, learning_rate=3e-3, schedule="constant")
-  optimizer = make_optimizer(opt_cfg)
-  step = functools.partial(
-    train_step,
-    graphdef,
-    optimizer,
-    learning_rate_schedule(opt_cfg),
-    losses.LossConfig(tis_cap=None, temperature=1.0),
-  )
+  step, optimizer = warmstart.sft_step(graphdef, setup)
   warm = state.replace(opt_state=optimizer.init(state.params))
   s, nll, step_fn = warm, ([], []), jax.jit(step)
   for t in range(3):

@@ -158,14 +158,10 @@ def sft_steps(step_fn, state, rows, idx):
   return jax.lax.scan(body, state, idx)
 
 
-def warm_start(graphdef, state, setup):
-  """Runs ``config.warm_start.steps`` supervised steps (one agent batch, then one designer
-  batch, per step); returns ``(state, metrics)``."""
+def sft_step(graphdef, setup):
+  """The warm start's supervised update, un-jitted (`rl.update.train_step` with its own Adam
+  at the constant ``warm_start.learning_rate``), and that optimizer: ``(step_fn, optimizer)``."""
   c = setup.config
-  variants = training_variants(setup, c.seed)
-  designer = designer_examples(setup, variants)
-  episodes = agent_examples(graphdef, state.params, setup, c.seed, variants)
-  d_rows, a_rows = sft_rows(designer, episodes)
   opt_cfg = dataclasses.replace(
     setup.opt_cfg, learning_rate=c.warm_start.learning_rate, schedule="constant", decay_steps=0
   )
@@ -174,12 +170,26 @@ def warm_start(graphdef, state, setup):
   step_fn = functools.partial(
     train_step, graphdef, optimizer, learning_rate_schedule(opt_cfg), loss_cfg
   )
+  return step_fn, optimizer
+
+
+def batch_sizes(config) -> tuple[int, int]:
+  """Rows per supervised step: ``(agent, designer)``."""
+  return config.warm_start.batch, max(1, config.warm_start.batch // 4)
+
+
+def warm_start(graphdef, state, setup):
+  """Runs ``config.warm_start.steps`` supervised steps (one agent batch, then one designer
+  batch, per step); returns ``(state, metrics)``."""
+  c = setup.config
+  variants = training_variants(setup, c.seed)
+  designer = designer_examples(setup, variants)
+  episodes = agent_examples(graphdef, state.params, setup, c.seed, variants)
+  d_rows, a_rows = sft_rows(designer, episodes)
+  step_fn, optimizer = sft_step(graphdef, setup)
   run_step = np.asarray(jax.device_get(state.step))  # the warm state's buffers are donated
   warm = jax.tree.map(jnp.copy, state.replace(opt_state=optimizer.init(state.params)))
-  kinds = (
-    ("agent", a_rows, c.warm_start.batch),
-    ("designer", d_rows, max(1, c.warm_start.batch // 4)),
-  )
+  kinds = tuple(zip(("agent", "designer"), (a_rows, d_rows), batch_sizes(c), strict=True))
   idx = draw_indices(c.seed, c.warm_start.steps, [(r.batch_size, n) for _, r, n in kinds])
   nll = {name: [] for name, _, _ in kinds}
   if c.warm_start.steps:
