@@ -26,6 +26,14 @@ and ``paired_diff`` / ``paired_stderr`` are the mean and standard error of those
 ``--check`` then uses them for the difficulty clause.
 The quarter means are unchanged (the quarters hold whole periods of the schedule); the paired
 standard error leaves out the between-composition spread that cancels in their difference.
+
+Held-out accuracy is paired by episode where the run wrote its evaluations episode by episode
+(``RUN/eval/stepNNNNNN.jsonl``; every evaluation plays the same episodes): each episode's mean
+success over the last quarter of the evaluations minus its mean over the first quarter, with
+the standard error over episodes (``paired_diff`` / ``paired_stderr``, ``pairs`` = episodes).
+Unlike the spread of a few evaluation means, which is 0 when two evaluations happen to score
+the same, this counts how many episodes changed, so a rise of two episodes out of 248 does not
+pass.
 """
 
 from __future__ import annotations
@@ -104,6 +112,23 @@ def paired(rows: list[dict], key: str, blocks: dict) -> tuple[float, float, int]
   return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), len(d)
 
 
+def heldout_paired(run_dir: Path) -> tuple[float, float, int] | None:
+  """(mean, standard error, episodes) of each held-out episode's success over the last quarter
+  of the evaluations minus over the first, from ``run_dir/eval/step*.jsonl`` (None without
+  two evaluations)."""
+  files = sorted((run_dir / "eval").glob("step*.jsonl"))
+  if len(files) < 2:
+    return None
+  evals = [[json.loads(x) for x in f.read_text().splitlines()] for f in files]
+  key = lambda ev: [(e["family"], e["group"], e["seed"]) for e in ev]
+  if any(key(ev) != key(evals[0]) for ev in evals[1:]) or len(evals[0]) < 2:
+    raise ValueError(f"{run_dir / 'eval'}: the evaluations did not play the same episodes")
+  solved = np.asarray([[e["solved"] for e in ev] for ev in evals], np.float64)  # [E, N]
+  q = max(1, len(evals) // 4)
+  d = solved[-q:].mean(0) - solved[:q].mean(0)
+  return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), len(d)
+
+
 def by_skills(rows: list[dict], key: str, blocks: dict) -> dict:
   """Mean of ``key`` per pool skill composition (skills joined by ``/``, sorted)."""
   groups = {}
@@ -126,6 +151,8 @@ def trends(path: Path) -> dict:
         "stderr": round(fl[2], 4),
       }
       pd = paired(rows, key, blocks) if blocks and key.startswith(POOL_SERIES) else None
+      if key == "eval/accuracy":
+        pd = heldout_paired(path.parent)
       if pd is not None:
         out[key].update(paired_diff=round(pd[0], 4), paired_stderr=round(pd[1], 4), pairs=pd[2])
       if blocks and key == "designer/difficulty_ref":
@@ -179,7 +206,8 @@ def check(t: dict) -> list[str]:
 
   def rise(k):
     """The rise exceeds one standard error of the difference (pool-to-pool noise), paired by
-    skill composition where the run's schedule is known."""
+    skill composition where the run's schedule is known (held-out: by episode, where the run
+    wrote them)."""
     if k not in t:
       return False
     if "paired_diff" in t[k]:

@@ -103,6 +103,17 @@ def test_smoke_run_artifacts_and_metrics(smoke_run):
   if r0["valid"]:
     assert "regret" in r0 and "turns" in r0["program"]
   assert (workdir / "warm_start.json").exists()
+  # held-out results episode by episode, named by the updates the evaluated policy has had:
+  # before steps 0 and 2 (eval.every = 2), and after the last update
+  evals = sorted((workdir / "eval").glob("*.jsonl"))
+  assert [p.name for p in evals] == ["step000000.jsonl", "step000002.jsonl", "step000003.jsonl"]
+  episodes = [[json.loads(x) for x in p.read_text().splitlines()] for p in evals]
+  assert {"family", "group", "seed", "solved"} <= set(episodes[0][0])
+  assert [[e["seed"] for e in ep] for ep in episodes[1:]] == [[e["seed"] for e in episodes[0]]] * 2
+  # the last row's metrics are the final evaluation's (they replace the one before step 2)
+  for ep, row in ((episodes[0], rows[0]), (episodes[2], rows[2])):
+    assert len(ep) == row["eval/episodes"] > 0
+    assert np.mean([e["solved"] for e in ep]) == pytest.approx(row["eval/accuracy"])
   assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
   assert (workdir / "checkpoints" / "3").exists() and (workdir / "config.json").exists()
 
@@ -131,6 +142,8 @@ def test_run_py_smoke_resumes_and_sigkill_gives_identical_metrics(smoke_run, tmp
   got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
   want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
   assert got == want
+  for p in sorted((ref_dir / "eval").glob("*.jsonl")):
+    assert (workdir / "eval" / p.name).read_text() == p.read_text()
 
 
 def test_designer_prompt_takes_a_memory_seed_of_its_skill():

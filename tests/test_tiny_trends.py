@@ -123,3 +123,48 @@ def test_same_metrics_ignores_timings_only(tmp_path):
   a.write_text('{"step": 0, "x": 1, "perf/step_s": 2}\n{"step": 1, "x": 2}\n')
   b.write_text('{"step": 0, "x": 1, "perf/step_s": 9}\n{"step": 1, "x": 3}\n{"step": 2, "x": 1}\n')
   assert tiny_trends.same_metrics(a, b) == (1, 3)
+
+
+def _eval_files(run_dir, solved_per_eval, seeds=None):
+  (run_dir / "eval").mkdir()
+  for k, solved in enumerate(solved_per_eval):
+    eps = [
+      {
+        "family": "argmax",
+        "group": "unseen_levels",
+        "seed": (seeds or range(len(solved)))[i],
+        "solved": bool(x),
+      }
+      for i, x in enumerate(solved)
+    ]
+    path = run_dir / "eval" / f"step{10 * k:06d}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in eps))
+
+
+@pytest.mark.parametrize("up, down, passes", [(10, 8, False), (30, 0, True), (40, 10, True)])
+def test_heldout_pairs_by_episode(tmp_path, up, down, passes):
+  """Two equal evaluations per quarter give the unpaired rule a standard error of 0, so a net
+  change of two episodes out of 248 (10 newly solved, 8 newly failed) passed it; paired by
+  episode it is within one standard error."""
+  n = 248
+  first = [1] * 40 + [0] * (n - 40)
+  last = [0] * down + [1] * (40 - down) + [1] * up + [0] * (n - 40 - up)
+  _eval_files(tmp_path, [first, first, first, last, last])
+  acc = [sum(s) / n for s in (first, first, first, last, last)]
+  t = _run(tmp_path, acc, [0.5, 0.5, 0.5, 0.6, 0.6], 0.5)
+  h = t["eval/accuracy"]
+  assert h["stderr"] == 0 and h["last_quarter"] > h["first_quarter"]
+  assert h["pairs"] == n
+  assert h["paired_diff"] == pytest.approx((up - down) / n, abs=1e-4)
+  mean, sq = (up - down) / n, (up + down) / n
+  assert h["paired_stderr"] == pytest.approx(((sq - mean**2) / (n - 1)) ** 0.5, abs=1e-4)
+  assert ("held-out accuracy did not rise" not in tiny_trends.check(t)) == passes
+
+
+def test_heldout_pairing_refuses_evaluations_of_different_episodes(tmp_path):
+  _eval_files(tmp_path, [[1, 0, 0], [1, 1, 0]])
+  (tmp_path / "eval" / "step000020.jsonl").write_text(
+    "".join(json.dumps({"family": "x", "group": "g", "seed": 7, "solved": True}) + "\n" * 1)
+  )
+  with pytest.raises(ValueError, match="same episodes"):
+    tiny_trends.heldout_paired(tmp_path)

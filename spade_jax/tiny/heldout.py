@@ -19,6 +19,8 @@ the on-device rollout, so successive evaluations of one run differ only by the p
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -120,10 +122,21 @@ class TinyHeldout:
         self.seeds.append(int(rng.integers(2**31)))
     self.device = greedy_rollout(graphdef, params, tok, framing, cfg, spec)
 
-  def evaluate(self, params) -> dict:
+  def evaluate(self, params, path=None) -> dict:
+    """The metrics; with ``path``, also one JSON line per episode (family, group, seed, solved)
+    written there, so two evaluations can be compared episode by episode (the same episodes
+    every time: `benchmarks/tiny_trends.py` pairs them)."""
     out = self.device(self.programs, self.seeds, [False] * len(self.programs), params=params)
     solved = np.asarray(jax.device_get(out.solved_B))
-    metrics = {"eval/accuracy": float(solved.mean())}
+    if path is not None:
+      rows = zip(self.families, self.groups, self.seeds, solved.tolist())
+      Path(path).write_text(
+        "".join(
+          json.dumps({"family": f, "group": g, "seed": s, "solved": bool(x)}) + "\n"
+          for f, g, s, x in rows
+        )
+      )
+    metrics = {"eval/accuracy": float(solved.mean()), "eval/episodes": float(len(solved))}
     for labels in (self.groups, self.families):
       labels = np.asarray(labels)
       for name in dict.fromkeys(labels.tolist()):

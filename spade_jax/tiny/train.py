@@ -4,7 +4,9 @@ Per step the host prepares the designer prompts (skill rotation and memory seeds
 loop's own `skills` and `EnvMemory`), transfers them explicitly, calls the jitted
 `iteration.iterate` under ``jax.transfer_guard("disallow")`` and fetches its outputs once: that
 fetch is the iteration's only host sync. The host then writes metrics, the environment records
-(``workdir/envs/``: program text, verdict, win rates, regret once known) and updates the memory.
+(``workdir/envs/``: program text, verdict, win rates, regret once known) and updates the memory;
+every ``eval.every`` steps it writes the held-out results episode by episode to
+``workdir/eval/stepNNNNNN.jsonl`` (NNNNNN: updates the evaluated policy has had).
 Checkpoints hold the train state and the pool carry (device) plus memory, records of the pool
 and the step (host), so a killed run resumes exactly.
 """
@@ -279,6 +281,12 @@ def place(tree):
   return jax.device_put(tree, jax.devices()[0])
 
 
+def _eval_path(workdir: Path, updates: int) -> Path:
+  """Per-episode held-out results of the policy after ``updates`` updates (the SPADE loop's
+  ``eval/stepNNNNNN.jsonl`` naming)."""
+  return workdir / "eval" / f"step{updates:06d}.jsonl"
+
+
 def train_tiny(config, workdir) -> dict:
   """Runs (or resumes) the tiny SPADE experiment in ``workdir``; returns the last metrics."""
   from spade_jax.train import UserError, _check_resume_config, _config_json, _truncate_metrics
@@ -290,7 +298,7 @@ def train_tiny(config, workdir) -> dict:
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   _check_resume_config(workdir, config)
-  for sub in ("envs", "plots"):
+  for sub in ("envs", "plots", "eval"):
     (workdir / sub).mkdir(exist_ok=True)
   if config.compile_ahead:
     compile_ahead.cache_dir(workdir)  # set before the first compile; also serves a resume
@@ -351,7 +359,7 @@ def train_tiny(config, workdir) -> dict:
       row = {}
       if config.eval.every and step % config.eval.every == 0:  # before this step's update
         t = time.perf_counter()
-        row.update(heldout.evaluate(state.params))
+        row.update(heldout.evaluate(state.params, _eval_path(workdir, step)))
         row["perf/eval_s"] = time.perf_counter() - t
       inputs = place(setup.inputs(step, memory))  # committed, like state and carry
       with jax.transfer_guard("disallow"):
@@ -368,7 +376,7 @@ def train_tiny(config, workdir) -> dict:
         _write_records(setup, workdir, step, out, host)
       final = step == config.steps - 1
       if config.eval.every and final:  # the final row: after the last update
-        row.update(heldout.evaluate(state.params))
+        row.update(heldout.evaluate(state.params, _eval_path(workdir, step + 1)))
       writer.write(step, row)
       if (step + 1) % config.checkpoint_every == 0 or final:
         ckpt.save(
