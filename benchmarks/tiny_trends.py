@@ -1,6 +1,6 @@
 """First-quarter vs last-quarter trends of a recorded tiny SPADE run.
 
-  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN]
+  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN [--ignore KEY]]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
 quarter of the steps that logged it: held-out accuracy (``eval/accuracy``, and its two parts
@@ -191,10 +191,11 @@ def timing(path: Path) -> dict:
   return out
 
 
-def same_metrics(path: Path, other: Path) -> tuple[int, int]:
+def same_metrics(path: Path, other: Path, ignore=()) -> tuple[int, int]:
   """``(equal, rows)``: how many rows of two runs' metrics are equal in every series but the
-  ``perf/`` timings (a rerun of the same program on the same keys gives ``equal == rows``)."""
-  strip = lambda r: {k: v for k, v in r.items() if not k.startswith("perf/")}
+  ``perf/`` timings and the ``ignore``d keys (a rerun of the same program on the same keys gives
+  ``equal == rows``; ``ignore`` a series one of the two versions did not log)."""
+  strip = lambda r: {k: v for k, v in r.items() if not k.startswith("perf/") and k not in ignore}
   a, b = metrics.read_metrics(path), metrics.read_metrics(other)
   return sum(strip(x) == strip(y) for x, y in zip(a, b)), max(len(a), len(b))
 
@@ -229,11 +230,14 @@ def main() -> None:
   ap.add_argument("run", help="a tiny run's workdir (or its metrics.jsonl)")
   ap.add_argument("--check", action="store_true")
   ap.add_argument("--same-as", help="another run: count rows with equal non-perf metrics")
+  ap.add_argument(
+    "--ignore", action="append", default=[], help="with --same-as: a series not compared"
+  )
   args = ap.parse_args()
   as_metrics = lambda p: p if p.suffix == ".jsonl" else p / "metrics.jsonl"
   path = as_metrics(Path(args.run))
   if args.same_as:
-    equal, rows = same_metrics(path, as_metrics(Path(args.same_as)))
+    equal, rows = same_metrics(path, as_metrics(Path(args.same_as)), args.ignore)
     print(f"non-perf metrics equal in {equal} of {rows} rows")
   t = trends(path)
   print(json.dumps({**t, "perf": timing(path)}, indent=1))

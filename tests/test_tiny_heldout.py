@@ -1,6 +1,7 @@
 """The tiny front end's library split: held-out settings are never training environments (warm
 start, fixed pool), and the held-out evaluation reports consistent per-group accuracies."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def test_warm_start_and_fixed_pool_use_training_settings_only(setup):
       assert not any(_same(one, h) for h in held_programs)
 
 
-def test_evaluation_reports_groups_and_families(setup):
+def test_evaluation_reports_groups_and_families(setup, tmp_path):
   graphdef, state, _ = setup.init_state()
   ev = TinyHeldout(
     graphdef,
@@ -80,11 +81,19 @@ def test_evaluation_reports_groups_and_families(setup):
   assert len(ev.programs) == n_settings * setup.config.eval.episodes_per_setting
   m = ev.evaluate(state.params)
   assert set(m) >= {"eval/accuracy", "eval/unseen_levels", "eval/unseen_families"}
+  assert m.pop("eval/episodes") == len(ev.programs)
   assert all(0.0 <= v <= 1.0 for v in m.values())
   groups = np.asarray(ev.groups)
   weighted = sum(m[f"eval/{g}"] * np.mean(groups == g) for g in set(ev.groups))
   assert m["eval/accuracy"] == pytest.approx(weighted)
-  assert m == ev.evaluate(state.params)  # greedy, fixed seeds: deterministic
+  # greedy, fixed seeds: deterministic; with a path, one JSON line per episode in order
+  again = ev.evaluate(state.params, tmp_path / "eval.jsonl")
+  assert again.pop("eval/episodes") == len(ev.programs) and again == m
+  lines = [json.loads(x) for x in (tmp_path / "eval.jsonl").read_text().splitlines()]
+  assert [(e["family"], e["group"], e["seed"]) for e in lines] == list(
+    zip(ev.families, ev.groups, ev.seeds)
+  )
+  assert np.mean([e["solved"] for e in lines]) == pytest.approx(m["eval/accuracy"])
 
 
 def test_greedy_rollout_uses_the_runs_limits_and_layout(setup):

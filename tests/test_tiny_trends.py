@@ -123,6 +123,9 @@ def test_same_metrics_ignores_timings_only(tmp_path):
   a.write_text('{"step": 0, "x": 1, "perf/step_s": 2}\n{"step": 1, "x": 2}\n')
   b.write_text('{"step": 0, "x": 1, "perf/step_s": 9}\n{"step": 1, "x": 3}\n{"step": 2, "x": 1}\n')
   assert tiny_trends.same_metrics(a, b) == (1, 3)
+  b.write_text('{"step": 0, "x": 1, "new": 5}\n{"step": 1, "x": 2, "new": 6}\n')
+  assert tiny_trends.same_metrics(a, b) == (0, 2)
+  assert tiny_trends.same_metrics(a, b, ignore=("new",)) == (2, 2)
 
 
 def _eval_files(run_dir, solved_per_eval, seeds=None):
