@@ -32,8 +32,8 @@ Held-out accuracy is paired by episode where the run wrote its evaluations episo
 success over the last quarter of the evaluations minus its mean over the first quarter, with
 the standard error over episodes (``paired_diff`` / ``paired_stderr``, ``pairs`` = episodes).
 Unlike the spread of a few evaluation means, which is 0 when two evaluations happen to score
-the same, this counts how many episodes changed, so a rise of two episodes out of 248 does not
-pass.
+the same, this counts how many episodes changed and in which direction: a net gain of two
+episodes out of 248, with ten newly solved and eight newly failed, does not pass.
 """
 
 from __future__ import annotations
