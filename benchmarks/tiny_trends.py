@@ -3,8 +3,9 @@
   python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN [--ignore KEY]]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
-quarter of the steps that logged it: held-out accuracy (``eval/accuracy``, and its two parts
-``eval/unseen_levels`` and ``eval/unseen_families``), the agent's solve rate on the current
+quarter of the steps that logged it: held-out accuracy (``eval/accuracy`` with the number of
+evaluations and their range, and its two parts ``eval/unseen_levels`` and
+``eval/unseen_families``), the agent's solve rate on the current
 pools, the designer's valid rate (per game and per attempt), and the difficulty proxies of the
 designer's pools (``designer/difficulty_bits``: bits of task randomness of valid programs;
 ``designer/difficulty``: unhinted failure rate of each new pool for the current agent;
@@ -153,6 +154,8 @@ def trends(path: Path) -> dict:
       pd = paired(rows, key, blocks) if blocks and key.startswith(POOL_SERIES) else None
       if key == "eval/accuracy":
         pd = heldout_paired(path.parent)
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        out[key].update(evaluations=len(vals), min=round(min(vals), 4), max=round(max(vals), 4))
       if pd is not None:
         out[key].update(paired_diff=round(pd[0], 4), paired_stderr=round(pd[1], 4), pairs=pd[2])
       if blocks and key == "designer/difficulty_ref":

@@ -32,6 +32,8 @@ def test_quarters_are_means_of_the_first_and_last_quarter(tmp_path):
   assert t["eval/accuracy"]["stderr"] == pytest.approx(0.0707, abs=1e-4)  # sqrt(2 * 0.005 / 2)
   assert t["designer/difficulty_ref"]["stderr"] == 0
   assert t["first_valid_rate"] == 0.75
+  assert (t["eval/accuracy"]["min"], t["eval/accuracy"]["max"]) == (0.1, 0.8)
+  assert t["eval/accuracy"]["evaluations"] == 8
 
 
 @pytest.mark.parametrize(
