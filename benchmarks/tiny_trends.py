@@ -151,11 +151,14 @@ def trends(path: Path) -> dict:
         "last_quarter": round(fl[1], 4),
         "stderr": round(fl[2], 4),
       }
-      pd = paired(rows, key, blocks) if blocks and key.startswith(POOL_SERIES) else None
-      if key == "eval/accuracy":
+      if key == "eval/accuracy":  # paired by episode (the run's eval files), else unpaired
         pd = heldout_paired(path.parent)
         vals = [r[key] for r in rows if r.get(key) is not None]
         out[key].update(evaluations=len(vals), min=round(min(vals), 4), max=round(max(vals), 4))
+      elif blocks and key.startswith(POOL_SERIES):  # paired by skill composition
+        pd = paired(rows, key, blocks)
+      else:
+        pd = None
       if pd is not None:
         out[key].update(paired_diff=round(pd[0], 4), paired_stderr=round(pd[1], 4), pairs=pd[2])
       if blocks and key == "designer/difficulty_ref":

@@ -48,9 +48,9 @@ def main() -> None:
   warm = state.replace(opt_state=optimizer.init(state.params))
   rng = np.random.default_rng(0)
   batches = {}
+  sizes = warmstart.batch_sizes(config)
   for name, (designer, bucket) in layouts.items():
     d_rows, a_rows = warmstart.sft_rows(designer, episodes, bucket)
-    sizes = warmstart.batch_sizes(config)
     for kind, rows, n in zip(("agent", "designer"), (a_rows, d_rows), sizes, strict=True):
       idx = rng.choice(rows.batch_size, size=n, replace=rows.batch_size < n)
       batches[name, kind] = (rows.batch_size, rows.select(idx))

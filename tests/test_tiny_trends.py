@@ -130,16 +130,12 @@ def test_same_metrics_ignores_timings_only(tmp_path):
   assert tiny_trends.same_metrics(a, b, ignore=("new",)) == (2, 2)
 
 
-def _eval_files(run_dir, solved_per_eval, seeds=None):
+def _eval_files(run_dir, solved_per_eval):
+  """One file per evaluation; episode i has seed i in every file."""
   (run_dir / "eval").mkdir()
   for k, solved in enumerate(solved_per_eval):
     eps = [
-      {
-        "family": "argmax",
-        "group": "unseen_levels",
-        "seed": (seeds or range(len(solved)))[i],
-        "solved": bool(x),
-      }
+      {"family": "argmax", "group": "unseen_levels", "seed": i, "solved": bool(x)}
       for i, x in enumerate(solved)
     ]
     path = run_dir / "eval" / f"step{10 * k:06d}.jsonl"
@@ -169,7 +165,7 @@ def test_heldout_pairs_by_episode(tmp_path, up, down, passes):
 def test_heldout_pairing_refuses_evaluations_of_different_episodes(tmp_path):
   _eval_files(tmp_path, [[1, 0, 0], [1, 1, 0]])
   (tmp_path / "eval" / "step000020.jsonl").write_text(
-    "".join(json.dumps({"family": "x", "group": "g", "seed": 7, "solved": True}) + "\n" * 1)
+    json.dumps({"family": "x", "group": "g", "seed": 7, "solved": True}) + "\n"
   )
   with pytest.raises(ValueError, match="same episodes"):
     tiny_trends.heldout_paired(tmp_path)
