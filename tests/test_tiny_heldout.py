@@ -12,9 +12,11 @@ import pytest
 from spade_jax.tiny import warmstart
 from spade_jax.tiny.heldout import (
   HELDOUT_FAMILIES,
+  LibraryPrograms,
   TinyHeldout,
   greedy_rollout,
   heldout_settings,
+  split_families,
   training_settings,
 )
 from spade_jax.tiny.train import TinySetup
@@ -44,6 +46,28 @@ def test_settings_partition_the_library(setup):
   )
   assert any(g == "unseen_levels" for *_, g in held)
   assert all(n not in HELDOUT_FAMILIES and lv <= max_level for n, lv in train)
+
+
+def test_a_run_s_families_train_and_the_rest_are_held_out(setup):
+  names = ["argmax", "modular", "logic", "nim", "counting"]
+  assert split_families(names) == (("argmax", "counting", "modular"), ("logic", "nim"))
+  assert split_families(names, ("modular",)) == (
+    ("modular",),
+    ("argmax", "counting", "logic", "nim"),
+  )
+  for wrong in (("nim",), ("no_such_family",)):
+    with pytest.raises(ValueError, match="not training families"):
+      split_families(names, wrong)
+  lib = setup.library
+  only = LibraryPrograms(lib.by_family, lib.tokens, lib.texts, ("argmax", "modular"))
+  max_level = setup.config.warm_start.max_level
+  assert {n for n, _ in training_settings(only, max_level)} == {"argmax", "modular"}
+  held = heldout_settings(only, max_level)
+  assert {n for n, _, g in held if g == "unseen_levels"} <= {"argmax", "modular"}
+  left_out = set(lib.split()[0]) - {"argmax", "modular"}
+  assert {n for n, _, g in held if g == "unseen_families"} == set(HELDOUT_FAMILIES) | left_out
+  everything = {(n, lv) for n in lib.by_family for lv in lib.by_family[n]}
+  assert {(n, lv) for n, lv, _ in held} | set(training_settings(only, max_level)) == everything
 
 
 def _same(a, b):

@@ -30,6 +30,9 @@ def tiny_config() -> ml_collections.ConfigDict:
   # compile the iteration and held-out evaluation in a child process during the warm start
   # (tiny/compile_ahead.py); uses a persistent compilation cache (yours, else workdir's)
   c.compile_ahead = True
+  # training families (warm start, designer skills, fixed pool); the others are held out
+  # (tiny/heldout.py); empty: every library family but `heldout.HELDOUT_FAMILIES`
+  c.families = ()
   c.records_per_step = 64  # environment records written to workdir/envs per regeneration
 
   c.model = ml_collections.ConfigDict()  # Qwen3 architecture (q/k norm, GQA, SwiGLU), from scratch

@@ -9,7 +9,8 @@ plays every library setting that is never a training environment:
 * ``unseen_levels``: training families at their harder levels (``level > max_level``): the
   same kinds of task at difficulty settings the agent is never trained on;
 * ``unseen_families``: the held-out families at every level (a different answer kind in each
-  of four skills: generalisation the tiny model is not expected to show).
+  of four skills: generalisation the tiny model is not expected to show), and the families a
+  run leaves out of training (config ``families``: a subset of the training families).
 
 Held-out episodes are fixed (family, level, seed) triples, played greedily without the hint by
 the on-device rollout, so successive evaluations of one run differ only by the policy.
@@ -36,11 +37,17 @@ from spade_jax.tiny.language import tiny_library
 HELDOUT_FAMILIES = ("logic", "nim", "sorting", "gcd_lcm")
 
 
-def split_families(names) -> tuple[tuple[str, ...], tuple[str, ...]]:
-  """``(train, heldout)`` among ``names`` (`HELDOUT_FAMILIES` are held out)."""
+def split_families(names, only=()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """``(train, heldout)`` among ``names``: `HELDOUT_FAMILIES` are held out; with ``only`` (a
+  subset of the other families), training is ``only`` and every other family is held out."""
   names = sorted(set(names))
-  held = tuple(n for n in names if n in HELDOUT_FAMILIES)
-  return tuple(n for n in names if n not in held), held
+  train = [n for n in names if n not in HELDOUT_FAMILIES]
+  if only:
+    wrong = sorted(set(only) - set(train))
+    if wrong:
+      raise ValueError(f"families {wrong} are not training families of the library: {train}")
+    train = [n for n in train if n in only]
+  return tuple(train), tuple(n for n in names if n not in train)
 
 
 @dataclasses.dataclass
@@ -50,18 +57,21 @@ class LibraryPrograms:
   by_family: dict
   tokens: dict  # (name, level) -> designer tokens
   texts: dict  # (name, level) -> assembly text
+  only: tuple = ()  # the run's training families (`split_families`); empty: all but held-out
 
   @classmethod
-  def build(cls, lang, tok, hints: str = "library") -> LibraryPrograms:
+  def build(cls, lang, tok, hints: str = "library", only=()) -> LibraryPrograms:
     by_family, tokens, texts = {}, {}, {}
     for name, level, toks in tiny_library(lang, hints):
       text = lang.decode(toks)
       by_family.setdefault(name, {})[level] = assembly.assemble(text, tok, lang.cfg)
       tokens[(name, level)], texts[(name, level)] = list(toks), text
-    return cls(by_family, tokens, texts)
+    lib = cls(by_family, tokens, texts, tuple(only))
+    lib.split()  # refuses unknown or held-out names in ``only``
+    return lib
 
   def split(self):
-    return split_families(self.by_family)
+    return split_families(self.by_family, self.only)
 
 
 def heldout_settings(library: LibraryPrograms, max_level: int) -> list[tuple[str, int, str]]:

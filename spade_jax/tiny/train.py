@@ -125,7 +125,9 @@ class TinySetup:
         s.num_games * s.plays, s.num_games, s.regen_interval, s.reward_scale_cap
       ),
     )
-    self.library = LibraryPrograms.build(self.lang, self.tok, c.designer.library_hints)
+    self.library = LibraryPrograms.build(
+      self.lang, self.tok, c.designer.library_hints, only=tuple(c.families)
+    )
     self.train_families, self.heldout_families = self.library.split()
     fams = [f for f in self.train_families]
     from spade_jax.envs.library import FAMILIES
