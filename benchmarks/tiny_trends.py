@@ -34,7 +34,9 @@ success over the last quarter of the evaluations minus its mean over the first q
 the standard error over episodes (``paired_diff`` / ``paired_stderr``, ``pairs`` = episodes).
 Unlike the spread of a few evaluation means, which is 0 when two evaluations happen to score
 the same, this counts how many episodes changed and in which direction: a net gain of two
-episodes out of 248, with ten newly solved and eight newly failed, does not pass.
+episodes out of 248, with ten newly solved and eight newly failed, does not pass. Its two
+parts (``eval/unseen_levels``, ``eval/unseen_families``) are paired the same way over their own
+episodes; `--check` tests the whole.
 """
 
 from __future__ import annotations
@@ -113,10 +115,10 @@ def paired(rows: list[dict], key: str, blocks: dict) -> tuple[float, float, int]
   return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), len(d)
 
 
-def heldout_paired(run_dir: Path) -> tuple[float, float, int] | None:
+def heldout_paired(run_dir: Path, group: str | None = None) -> tuple[float, float, int] | None:
   """(mean, standard error, episodes) of each held-out episode's success over the last quarter
   of the evaluations minus over the first, from ``run_dir/eval/step*.jsonl`` (None without
-  two evaluations)."""
+  two evaluations); with ``group``, over that group's episodes only (e.g. ``unseen_levels``)."""
   files = sorted((run_dir / "eval").glob("step*.jsonl"))
   if len(files) < 2:
     return None
@@ -125,6 +127,10 @@ def heldout_paired(run_dir: Path) -> tuple[float, float, int] | None:
   if any(key(ev) != key(evals[0]) for ev in evals[1:]) or len(evals[0]) < 2:
     raise ValueError(f"{run_dir / 'eval'}: the evaluations did not play the same episodes")
   solved = np.asarray([[e["solved"] for e in ev] for ev in evals], np.float64)  # [E, N]
+  if group is not None:
+    solved = solved[:, [e["group"] == group for e in evals[0]]]
+    if solved.shape[1] < 2:
+      return None
   q = max(1, len(evals) // 4)
   d = solved[-q:].mean(0) - solved[:q].mean(0)
   return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), len(d)
@@ -151,8 +157,9 @@ def trends(path: Path) -> dict:
         "last_quarter": round(fl[1], 4),
         "stderr": round(fl[2], 4),
       }
-      if key == "eval/accuracy":  # paired by episode (the run's eval files), else unpaired
-        pd = heldout_paired(path.parent)
+      if key.startswith("eval/"):  # paired by episode (the run's eval files), else unpaired
+        group = key.removeprefix("eval/")
+        pd = heldout_paired(path.parent, None if group == "accuracy" else group)
         vals = [r[key] for r in rows if r.get(key) is not None]
         out[key].update(evaluations=len(vals), min=round(min(vals), 4), max=round(max(vals), 4))
       elif blocks and key.startswith(POOL_SERIES):  # paired by skill composition

@@ -130,13 +130,13 @@ def test_same_metrics_ignores_timings_only(tmp_path):
   assert tiny_trends.same_metrics(a, b, ignore=("new",)) == (2, 2)
 
 
-def _eval_files(run_dir, solved_per_eval):
-  """One file per evaluation; episode i has seed i in every file."""
+def _eval_files(run_dir, solved_per_eval, groups=None):
+  """One file per evaluation; episode i has seed i (and ``groups[i]``) in every file."""
   (run_dir / "eval").mkdir()
   for k, solved in enumerate(solved_per_eval):
     eps = [
-      {"family": "argmax", "group": "unseen_levels", "seed": i, "solved": bool(x)}
-      for i, x in enumerate(solved)
+      {"family": "argmax", "group": g, "seed": i, "solved": bool(x)}
+      for i, (x, g) in enumerate(zip(solved, groups or ["unseen_levels"] * len(solved)))
     ]
     path = run_dir / "eval" / f"step{10 * k:06d}.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in eps))
@@ -160,6 +160,18 @@ def test_heldout_pairs_by_episode(tmp_path, up, down, passes):
   mean, sq = (up - down) / n, (up + down) / n
   assert h["paired_stderr"] == pytest.approx(((sq - mean**2) / (n - 1)) ** 0.5, abs=1e-4)
   assert ("held-out accuracy did not rise" not in tiny_trends.check(t)) == passes
+
+
+def test_heldout_groups_are_paired_over_their_own_episodes(tmp_path):
+  groups = ["unseen_levels"] * 4 + ["unseen_families"] * 4
+  _eval_files(tmp_path, [[0, 0, 0, 0, 1, 1, 1, 1], [1, 1, 0, 0, 1, 0, 1, 1]], groups)
+  # changes per episode: +1 +1 0 0 | 0 -1 0 0
+  assert tiny_trends.heldout_paired(tmp_path) == pytest.approx((0.125, 0.2266, 8), abs=1e-4)
+  levels = tiny_trends.heldout_paired(tmp_path, "unseen_levels")
+  assert levels == pytest.approx((0.5, 0.2887, 4), abs=1e-4)
+  families = tiny_trends.heldout_paired(tmp_path, "unseen_families")
+  assert families == pytest.approx((-0.25, 0.25, 4))
+  assert tiny_trends.heldout_paired(tmp_path, "no_such_group") is None
 
 
 def test_heldout_pairing_refuses_evaluations_of_different_episodes(tmp_path):
