@@ -1,11 +1,11 @@
 """First-quarter vs last-quarter trends of a recorded tiny SPADE run.
 
-  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN [--ignore KEY]]
+  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN [--ignore PREFIX]]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
-quarter of the steps that logged it: held-out accuracy (``eval/accuracy`` with the number of
-evaluations and their range, and its two parts ``eval/unseen_levels`` and
-``eval/unseen_families``), the agent's solve rate on the current
+quarter of the steps that logged it: held-out accuracy (``eval/accuracy`` and its two parts
+``eval/unseen_levels`` and ``eval/unseen_families``, each with the number of evaluations and
+their range), the agent's solve rate on the current
 pools, the designer's valid rate (per game and per attempt), and the difficulty proxies of the
 designer's pools (``designer/difficulty_bits``: bits of task randomness of valid programs;
 ``designer/difficulty``: unhinted failure rate of each new pool for the current agent;
@@ -206,9 +206,11 @@ def timing(path: Path) -> dict:
 
 def same_metrics(path: Path, other: Path, ignore=()) -> tuple[int, int]:
   """``(equal, rows)``: how many rows of two runs' metrics are equal in every series but the
-  ``perf/`` timings and the ``ignore``d keys (a rerun of the same program on the same keys gives
-  ``equal == rows``; ``ignore`` a series one of the two versions did not log)."""
-  strip = lambda r: {k: v for k, v in r.items() if not k.startswith("perf/") and k not in ignore}
+  ``perf/`` timings and the keys that start with an ``ignore`` prefix (a rerun of the same
+  program on the same keys gives ``equal == rows``; ``ignore`` a series one of the two versions
+  did not log, or one only a measurement setting changed, e.g. ``eval/``)."""
+  skip = ("perf/", *ignore)
+  strip = lambda r: {k: v for k, v in r.items() if not k.startswith(skip)}
   a, b = metrics.read_metrics(path), metrics.read_metrics(other)
   return sum(strip(x) == strip(y) for x, y in zip(a, b)), max(len(a), len(b))
 
@@ -244,7 +246,10 @@ def main() -> None:
   ap.add_argument("--check", action="store_true")
   ap.add_argument("--same-as", help="another run: count rows with equal non-perf metrics")
   ap.add_argument(
-    "--ignore", action="append", default=[], help="with --same-as: a series not compared"
+    "--ignore",
+    action="append",
+    default=[],
+    help="with --same-as: series (a key or key prefix) not compared",
   )
   args = ap.parse_args()
   as_metrics = lambda p: p if p.suffix == ".jsonl" else p / "metrics.jsonl"

@@ -48,7 +48,7 @@ def test_settings_partition_the_library(setup):
   assert all(n not in HELDOUT_FAMILIES and lv <= max_level for n, lv in train)
 
 
-def test_a_run_s_families_train_and_the_rest_are_held_out(setup):
+def test_a_runs_families_train_and_the_rest_are_held_out(setup):
   names = ["argmax", "modular", "logic", "nim", "counting"]
   assert split_families(names) == (("argmax", "counting", "modular"), ("logic", "nim"))
   assert split_families(names, ("modular",)) == (

@@ -128,6 +128,8 @@ def test_same_metrics_ignores_timings_only(tmp_path):
   b.write_text('{"step": 0, "x": 1, "new": 5}\n{"step": 1, "x": 2, "new": 6}\n')
   assert tiny_trends.same_metrics(a, b) == (0, 2)
   assert tiny_trends.same_metrics(a, b, ignore=("new",)) == (2, 2)
+  b.write_text('{"step": 0, "x": 1, "eval/a": 5}\n{"step": 1, "x": 2, "eval/b": 6}\n')
+  assert tiny_trends.same_metrics(a, b, ignore=("eval/",)) == (2, 2)
 
 
 def _eval_files(run_dir, solved_per_eval, groups=None):
