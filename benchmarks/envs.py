@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.interpreter import ProgramEnv
+from spade_jax.envs.ir.interpreter import ProgramEnv
+from spade_jax.envs.ir.program import DEFAULT_CONFIG, Action, stack_programs
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import DEFAULT_CONFIG, Action, stack_programs
 from spade_jax.tokenizer import load_tokenizer
 
 

@@ -121,7 +121,7 @@ def main():
 
   import torch
 
-  from spade_jax.generate import Engine, SamplingParams, compilation_count
+  from spade_jax.engine.generate import Engine, SamplingParams, compilation_count
 
   torch.set_num_threads(args.torch_threads)
   dtype = jnp.dtype(args.dtype)

@@ -4,11 +4,11 @@ Both paths play the same batch -- every library family (``--level``), ``--plays`
 unhinted and hinted -- with the same tiny random model, the same chat framing, sampling
 settings and per-turn budget:
 
-* ``device``: `spade_jax.envs.rollout` (one jitted call; turns fed as soon as they end; one
+* ``device``: `spade_jax.rollout.device` (one jitted call; turns fed as soon as they end; one
   decode step per token, prefill by the engine's own ``prefill``);
 * ``device_sync``: the same with ``sync_turns`` (the host loop's turn schedule);
 * ``device_chunk`` / ``device_sync_chunk``: the same with ``chunked`` (prompt prefill and
-  feedback consumed ``--chunk`` tokens per forward, `spade_jax.decode_chunk`);
+  feedback consumed ``--chunk`` tokens per forward, `spade_jax.engine.chunk`);
 * ``host``: `host_rollout.play` over `Engine` with the library's Python twins stepped on the
   host (``LocalEnvBatch``; each twin replays the interpreter's draws, so the instances match).
 
@@ -42,12 +42,12 @@ def _setup(args):
   from flax import nnx
   from hf_fixtures import tiny_tokenizer_dir
 
-  from spade_jax.envs import host_rollout
-  from spade_jax.envs.chat import ChatFraming
+  from spade_jax.engine.generate import Engine
   from spade_jax.envs.library import FAMILIES
-  from spade_jax.envs.rollout import DeviceRollout
-  from spade_jax.generate import Engine
   from spade_jax.models import Transformer, TransformerConfig
+  from spade_jax.rollout import host as host_rollout
+  from spade_jax.rollout.chat import ChatFraming
+  from spade_jax.rollout.device import DeviceRollout
   from spade_jax.tokenizer import load_tokenizer
 
   tok = load_tokenizer(tiny_tokenizer_dir() if args.tokenizer == "tiny" else args.tokenizer)
@@ -80,7 +80,7 @@ def _setup(args):
 
 
 def _host_envs(fams, level, state):
-  from spade_jax.envs.draws import DrawReplay, substitute_random
+  from spade_jax.envs.ir.draws import DrawReplay, substitute_random
 
   class Twin:
     def __init__(self, family, draws):
@@ -113,8 +113,9 @@ def main(argv=None):
   p.add_argument("--reps", type=int, default=5)
   args = p.parse_args(argv)
 
-  from spade_jax.envs import host_rollout, text
-  from spade_jax.envs.program import TPL_HINT
+  from spade_jax.envs.ir import text
+  from spade_jax.envs.ir.program import TPL_HINT
+  from spade_jax.rollout import host as host_rollout
 
   tok, framing, model, cfg, fams, programs, seeds, hints, dev, engine = _setup(args)
   hint_text = [text.items_text(text.template_items(q, TPL_HINT, tok), {}, {}) for q in programs]
@@ -122,7 +123,7 @@ def main(argv=None):
   def first(i, obs):
     return obs + "\n\nHINT: " + hint_text[i] if hints[i] and hint_text[i] else obs
 
-  from spade_jax.envs.rollout import rollout
+  from spade_jax.rollout.device import rollout
 
   modes = {  # (sync_turns, chunked)
     "device": (False, False),

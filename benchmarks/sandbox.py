@@ -4,7 +4,7 @@
 
 Prints one JSON object (medians over repeats). It also records the load average, because the
 numbers depend on what else the machine runs. The "interpreter" entry translates the same
-environment (`spade_jax.envs.translate`, differential check included) and times the jitted
+environment (`spade_jax.envs.translate.pipeline`, differential check included) and times the jitted
 interpreter on it (CPU here; on an accelerator the batch can be much larger).
 """
 
@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
-from spade_jax.envs.validate import ValidatorConfig, validate
+from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
+from spade_jax.envs.sandbox.validate import ValidatorConfig, validate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "envs"
 STEP_ENV = FIXTURES / "valid" / "v01_guess_number.py"
@@ -98,17 +98,17 @@ def interpreter_comparison(batches: list[int], steps: int, repeats: int) -> dict
   in the sandbox numbers. ``parsed_on_device``: the answer's token ids are parsed on device
   each step (what the rollout does); ``transition_only``: a pre-parsed answer. Compile time is
   excluded (reported separately)."""
-  if importlib.util.find_spec("spade_jax.envs.translate") is None:
+  if importlib.util.find_spec("spade_jax.envs.translate.pipeline") is None:
     return {"available": False, "reason": "translator not available"}
   import jax
   import jax.numpy as jnp
   import numpy as np
 
-  from spade_jax.envs.interpreter import ProgramEnv
-  from spade_jax.envs.parse import make_parse_tables, parse_tokens
-  from spade_jax.envs.program import DEFAULT_CONFIG as cfg
-  from spade_jax.envs.program import make_action
-  from spade_jax.envs.translate import resolve_tokenizer, translate_and_check
+  from spade_jax.envs.ir.interpreter import ProgramEnv
+  from spade_jax.envs.ir.parse import make_parse_tables, parse_tokens
+  from spade_jax.envs.ir.program import DEFAULT_CONFIG as cfg
+  from spade_jax.envs.ir.program import make_action
+  from spade_jax.envs.translate.pipeline import resolve_tokenizer, translate_and_check
 
   tok, tok_name = resolve_tokenizer(None)
   t = time.perf_counter()

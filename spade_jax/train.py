@@ -101,7 +101,7 @@ def _load_policy(config, mesh):
 
 
 def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
-  from spade_jax.generate import SamplingParams
+  from spade_jax.engine.generate import SamplingParams
 
   def respond(conversations):
     prompts = [tok.apply_chat_template(c) for c in conversations]
@@ -131,14 +131,14 @@ def train(config, workdir) -> dict:
     from spade_jax.tiny.train import train_tiny
 
     return train_tiny(config, workdir)
-  from spade_jax.envs.chat import ChatFraming
-  from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
-  from spade_jax.envs.validate import ValidatorConfig
-  from spade_jax.generate import Engine
+  from spade_jax.engine.generate import Engine
+  from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
+  from spade_jax.envs.sandbox.validate import ValidatorConfig
   from spade_jax.rl import losses
   from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
   from spade_jax.rl.train_state import abstract_state, create_train_state
   from spade_jax.rl.update import make_update
+  from spade_jax.rollout.chat import ChatFraming
   from spade_jax.spade import corpus as corpus_lib
   from spade_jax.spade import plots, prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
@@ -227,7 +227,7 @@ def train(config, workdir) -> dict:
   )
   device = None
   if config.agent.device_rollout:
-    from spade_jax.envs.rollout import DeviceRollout
+    from spade_jax.rollout.device import DeviceRollout
 
     device = DeviceRollout(
       model,

@@ -17,7 +17,7 @@ def tokenizer(name: str):
 
 @functools.cache
 def parse_tables(name: str):
-  from spade_jax.envs.parse import make_parse_tables
+  from spade_jax.envs.ir.parse import make_parse_tables
 
   return make_parse_tables(tokenizer(name).token_bytes)
 
@@ -51,9 +51,9 @@ def batched(tok_name: str = "tiny"):
 
   import jax
 
-  from spade_jax.envs.interpreter import ProgramEnv
-  from spade_jax.envs.parse import parse_tokens
-  from spade_jax.envs.program import DEFAULT_CONFIG
+  from spade_jax.envs.ir.interpreter import ProgramEnv
+  from spade_jax.envs.ir.parse import parse_tokens
+  from spade_jax.envs.ir.program import DEFAULT_CONFIG
 
   env = ProgramEnv(DEFAULT_CONFIG)
   tables = parse_tables(tok_name)
@@ -82,7 +82,7 @@ def reset_batch(programs, tapes=None, seed=0, tok_name="tiny"):
   import jax
   import numpy as np
 
-  from spade_jax.envs.program import DEFAULT_CONFIG, stack_programs
+  from spade_jax.envs.ir.program import DEFAULT_CONFIG, stack_programs
 
   tape = np.zeros((B, DEFAULT_CONFIG.n_draws), np.int32)
   tape_len = np.zeros(B, np.int32)
@@ -98,7 +98,7 @@ def step_batch(state, programs, texts, seed=1, tok_name="tiny", width=96):
   """Steps ``B`` episodes with answer texts (parsed on device from their token ids)."""
   import jax
 
-  from spade_jax.envs.program import stack_programs
+  from spade_jax.envs.ir.program import stack_programs
 
   ids, lens = encode_batch(tokenizer(tok_name), _pad(texts, ""), width)
   keys = jax.random.split(jax.random.key(seed), B)

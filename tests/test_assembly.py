@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.assembly import AssemblyError, assemble, disassemble
+from spade_jax.envs.ir.assembly import AssemblyError, assemble, disassemble
+from spade_jax.envs.ir.program import OPS, SPECIALS
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import OPS, SPECIALS
 
 GOOD = r"""# guess the number
 turns 7

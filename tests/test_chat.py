@@ -3,7 +3,7 @@
 import pytest
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs.chat import ChatFraming, FramingError
+from spade_jax.rollout.chat import ChatFraming, FramingError
 from spade_jax.tokenizer import load_tokenizer
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import check
+from spade_jax.envs.sandbox import check
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs"
 VALID = FIXTURES / "valid" / "v02_arithmetic.py"

@@ -11,8 +11,8 @@ import numpy as np
 from flax import nnx
 from hf_fixtures import save_hf_model
 
-from spade_jax.decode import decode_step, decode_weights, feed_arrays, finish_arrays
-from spade_jax.generate import Engine, SamplingParams
+from spade_jax.engine.decode import decode_step, decode_weights, feed_arrays, finish_arrays
+from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.models import load_pretrained
 
 LENGTHS = (3, 7, 12, 16)

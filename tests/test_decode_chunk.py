@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spade_jax.decode import decode_step, feed_arrays, finish_arrays, prefill
-from spade_jax.decode_chunk import chunk_prefill, chunk_step, chunkable
-from spade_jax.generate import Engine, SamplingParams
+from spade_jax.engine.chunk import chunk_prefill, chunk_step, chunkable
+from spade_jax.engine.decode import decode_step, feed_arrays, finish_arrays, prefill
+from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.models import Transformer, TransformerConfig
 
 B, S, P, W = 4, 128, 32, 8

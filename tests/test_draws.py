@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from spade_jax.envs.draws import DrawMismatch, DrawRecorder, DrawReplay, substitute_random
+from spade_jax.envs.ir.draws import DrawMismatch, DrawRecorder, DrawReplay, substitute_random
 
 
 def _episode(rng):

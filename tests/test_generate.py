@@ -17,8 +17,8 @@ from hf_fixtures import save_hf_model
 from jax.sharding import PartitionSpec as P
 
 from spade_jax import sharding
-from spade_jax.generate import Engine, SamplingParams, compilation_count, generate
-from spade_jax.kv_cache import to_model_cache
+from spade_jax.engine.generate import Engine, SamplingParams, compilation_count, generate
+from spade_jax.engine.kv_cache import to_model_cache
 from spade_jax.models import init_cache, load_pretrained, save_pretrained
 from spade_jax.tokenizer import load_tokenizer
 

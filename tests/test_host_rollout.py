@@ -8,10 +8,10 @@ import pytest
 from flax import nnx
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs import host_rollout
-from spade_jax.envs.chat import ChatFraming
-from spade_jax.generate import Engine
+from spade_jax.engine.generate import Engine
 from spade_jax.models import Transformer, TransformerConfig
+from spade_jax.rollout import host as host_rollout
+from spade_jax.rollout.chat import ChatFraming
 from spade_jax.tokenizer import load_tokenizer
 
 

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from envs_fixtures import B, reset_batch, step_batch, tokenizer
 
-from spade_jax.envs.assembly import assemble
-from spade_jax.envs.interpreter import ProgramEnv, fault_names
-from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import (
+from spade_jax.envs.ir.assembly import assemble
+from spade_jax.envs.ir.interpreter import ProgramEnv, fault_names
+from spade_jax.envs.ir.program import (
   DEFAULT_CONFIG,
   FAULT_CAPACITY,
   FAULT_INDEX,
@@ -31,6 +30,7 @@ from spade_jax.envs.program import (
   make_action,
   stack_programs,
 )
+from spade_jax.envs.library import FAMILIES
 
 CFG = DEFAULT_CONFIG
 LO, HI = -(2**31), 2**31 - 1

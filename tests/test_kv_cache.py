@@ -8,7 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.kv_cache import decode_forward, from_model_cache, prepare_weights, to_model_cache
+from spade_jax.engine.kv_cache import (
+  decode_forward,
+  from_model_cache,
+  prepare_weights,
+  to_model_cache,
+)
 from spade_jax.models import Transformer, TransformerConfig, init_cache
 
 CFG = TransformerConfig(

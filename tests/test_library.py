@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from envs_fixtures import B, reset_batch, step_batch, tokenizer
 
-from spade_jax.envs.draws import DrawRecorder, DrawReplay, substitute_random
+from spade_jax.envs.ir.draws import DrawRecorder, DrawReplay, substitute_random
+from spade_jax.envs.ir.parse import parse_boxed
+from spade_jax.envs.ir.program import DEFAULT_CONFIG
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.parse import parse_boxed
-from spade_jax.envs.program import DEFAULT_CONFIG
 
 SEEDS_PER_LEVEL = 70  # x 3 levels = 210 seeds per family, each with one scripted episode
 SCRIPTS = ("oracle", "probe", "wrong")  # cycled over seeds
@@ -37,7 +37,7 @@ def test_library_has_at_least_12_families_with_levels():
 
 @pytest.mark.parametrize("tok_name", ["tiny", "smollm2"])
 def test_every_level_builds_and_disassembles(tok_name):
-  from spade_jax.envs.assembly import assemble, disassemble
+  from spade_jax.envs.ir.assembly import assemble, disassemble
 
   tok = tokenizer(tok_name)
   for f in FAMILIES.values():

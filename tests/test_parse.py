@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.parse import (
+from spade_jax.envs.ir.parse import (
   ParseTables,
   make_parse_tables,
   parse_boxed,

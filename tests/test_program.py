@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import (
+from spade_jax.envs.ir.program import (
   CHECKS,
   DEFAULT_CONFIG,
   MODE_IMM,
@@ -24,6 +23,7 @@ from spade_jax.envs.program import (
   stack_programs,
   validate_program,
 )
+from spade_jax.envs.library import FAMILIES
 
 CFG = DEFAULT_CONFIG
 

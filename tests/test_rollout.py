@@ -16,14 +16,17 @@ import pytest
 from flax import nnx
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs import host_rollout, text
-from spade_jax.envs.assembly import assemble
-from spade_jax.envs.chat import ChatFraming
-from spade_jax.envs.draws import DrawReplay, substitute_random
+from spade_jax.engine.generate import Engine
+from spade_jax.envs.ir import text
+from spade_jax.envs.ir.assembly import assemble
+from spade_jax.envs.ir.draws import DrawReplay, substitute_random
+from spade_jax.envs.ir.program import TPL_HINT
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import TPL_HINT
-from spade_jax.envs.rollout import TRACES, DeviceRollout, episode_keys, rollout
-from spade_jax.envs.rollout_types import (
+from spade_jax.models import Transformer, TransformerConfig
+from spade_jax.rollout import host as host_rollout
+from spade_jax.rollout.chat import ChatFraming
+from spade_jax.rollout.device import TRACES, DeviceRollout, episode_keys, rollout
+from spade_jax.rollout.types import (
   CONTEXT,
   END_REASONS,
   ENV_TRUNCATED,
@@ -33,8 +36,6 @@ from spade_jax.envs.rollout_types import (
   RolloutSpec,
   ScriptedPolicy,
 )
-from spade_jax.generate import Engine
-from spade_jax.models import Transformer, TransformerConfig
 from spade_jax.tokenizer import load_tokenizer
 
 SYSTEM = "You are playing a game. Answer in \\boxed{}."

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs import text
-from spade_jax.envs.assembly import assemble
-from spade_jax.envs.chat import ChatFraming
+from spade_jax.engine.kv_cache import DecodeCache
+from spade_jax.envs.ir import text
+from spade_jax.envs.ir.assembly import assemble
+from spade_jax.envs.ir.program import TPL_HINT, TPL_OBS
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import TPL_HINT, TPL_OBS
-from spade_jax.envs.rollout_types import (
+from spade_jax.rollout.chat import ChatFraming
+from spade_jax.rollout.types import (
   HINT_SEPARATOR,
   TERMINATED,
   TURN_CAP,
@@ -22,7 +23,6 @@ from spade_jax.envs.rollout_types import (
   ScriptedPolicy,
   first_templates,
 )
-from spade_jax.kv_cache import DecodeCache
 from spade_jax.tokenizer import load_tokenizer
 
 

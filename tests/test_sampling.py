@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spade_jax.sampling import SamplingParams, token_logprobs
-from spade_jax.sampling import choose_tokens as _choose_tokens
+from spade_jax.engine.sampling import SamplingParams, token_logprobs
+from spade_jax.engine.sampling import choose_tokens as _choose_tokens
 
 choose_tokens = jax.jit(_choose_tokens)
 

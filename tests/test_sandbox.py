@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from spade_jax.envs.sandbox import (
+from spade_jax.envs.sandbox.pool import (
   EnvContractError,
   EnvCrashed,
   EnvException,

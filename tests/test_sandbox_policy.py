@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from spade_jax.envs import sandbox_policy as policy
+from spade_jax.envs.sandbox import policy
 
 ENV = """
 import random

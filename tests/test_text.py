@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.program import DEFAULT_CONFIG, empty_program, program_from_arrays
-from spade_jax.envs.text import (
+from spade_jax.envs.ir.program import DEFAULT_CONFIG, empty_program, program_from_arrays
+from spade_jax.envs.ir.text import (
   TemplateError,
   compile_template,
   items_text,

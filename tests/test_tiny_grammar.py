@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spade_jax.envs.assembly import assemble
-from spade_jax.envs.program import EnvProgram
+from spade_jax.envs.ir.assembly import assemble
+from spade_jax.envs.ir.program import EnvProgram
 from spade_jax.tiny.assemble import N_PARSE
 from spade_jax.tiny.grammar import GrammarMask, check_tokens, tables
 from spade_jax.tiny.language import REASONS, TINY_CONFIG, Language, assemble_tokens, tiny_library

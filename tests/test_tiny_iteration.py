@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from spade_jax.envs.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
+from spade_jax.envs.ir.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
 from spade_jax.tiny import iteration
 from spade_jax.tiny.train import TinySetup, place
 

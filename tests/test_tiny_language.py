@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spade_jax.envs.assembly import AssemblyError, assemble
-from spade_jax.envs.chat import ChatFraming
-from spade_jax.envs.interpreter import ProgramEnv
+from spade_jax.envs.ir.assembly import AssemblyError, assemble
+from spade_jax.envs.ir.interpreter import ProgramEnv
+from spade_jax.envs.ir.program import CHECKS, OP_NAMES, Action, EnvProgram, stack_programs
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import CHECKS, OP_NAMES, Action, EnvProgram, stack_programs
-from spade_jax.envs.rollout_types import RolloutSpec, first_templates
+from spade_jax.rollout.chat import ChatFraming
+from spade_jax.rollout.types import RolloutSpec, first_templates
 from spade_jax.tiny import grammar
 from spade_jax.tiny.language import (
   INFEASIBLE,

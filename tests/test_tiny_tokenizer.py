@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from spade_jax.envs.chat import ChatFraming
+from spade_jax.envs.ir.parse import make_parse_tables, parse_boxed, parse_tokens
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.parse import make_parse_tables, parse_boxed, parse_tokens
-from spade_jax.envs.rollout_types import HINT_SEPARATOR
+from spade_jax.rollout.chat import ChatFraming
+from spade_jax.rollout.types import HINT_SEPARATOR
 from spade_jax.tiny import tokenizer as tt
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,13 +17,17 @@ import pytest
 from envs_fixtures import tokenizer
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs import check, sandbox_policy, translate_calls, translate_ops, translate_program
+from spade_jax.envs.ir.program import DEFAULT_CONFIG
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import DEFAULT_CONFIG
-from spade_jax.envs.sandbox import SandboxPool
-from spade_jax.envs.translate import ByteTokenizer, translate, translate_and_check
-from spade_jax.envs.translate_check import PROBE_CLASS, probe_source
-from spade_jax.envs.validate import repair_fstrings
+from spade_jax.envs.sandbox import check
+from spade_jax.envs.sandbox import policy as sandbox_policy
+from spade_jax.envs.sandbox.pool import SandboxPool
+from spade_jax.envs.sandbox.validate import repair_fstrings
+from spade_jax.envs.translate import calls as translate_calls
+from spade_jax.envs.translate import ops as translate_ops
+from spade_jax.envs.translate import program as translate_program
+from spade_jax.envs.translate.check import PROBE_CLASS, probe_source
+from spade_jax.envs.translate.pipeline import ByteTokenizer, translate, translate_and_check
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs" / "valid"
 SEEDS = 64
@@ -361,7 +365,7 @@ def test_first_match_regex_env_is_rejected(pool):
 def test_constants_folded_for_other_arguments_are_rejected(pool, monkeypatch):
   real = translate_program.lower_source
   monkeypatch.setattr(translate_program, "lower_source", lambda s, cfg, kwargs=None: real(s, cfg))
-  import spade_jax.envs.translate as tr_mod
+  import spade_jax.envs.translate.pipeline as tr_mod
 
   monkeypatch.setattr(tr_mod, "lower_source", translate_program.lower_source)
   out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=8, kwargs={"high": 1000})
@@ -393,7 +397,7 @@ def test_probe_is_transparent_and_passes_the_static_policy(pool):
 def test_accepted_program_with_its_own_draws_stays_in_the_python_ranges(pool):
   import jax
 
-  from spade_jax.envs.translate_check import _interpreter
+  from spade_jax.envs.translate.check import _interpreter
 
   out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=4, kwargs={"low": -50, "high": 50})
   reset, _ = _interpreter(DEFAULT_CONFIG)
@@ -407,8 +411,8 @@ def test_accepted_program_with_its_own_draws_stays_in_the_python_ranges(pool):
 
 
 def test_hint_goes_into_the_hint_template():
-  from spade_jax.envs.program import TPL_HINT
-  from spade_jax.envs.text import template_items
+  from spade_jax.envs.ir.program import TPL_HINT
+  from spade_jax.envs.ir.text import template_items
 
   tok = tokenizer("tiny")
   tr = translate(FAMILIES["nim"].twin_source(), tok, hint="Leave a multiple of k + 1.")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs.sandbox import SandboxConfig
-from spade_jax.envs.validate import (
+from spade_jax.envs.sandbox.pool import SandboxConfig
+from spade_jax.envs.sandbox.validate import (
   STAGES,
   ValidatorConfig,
   extract_code,

@@ -21,12 +21,12 @@ import time
 import numpy as np
 
 from spade_jax import trajectories
-from spade_jax.envs import host_rollout
-from spade_jax.envs.chat import ChatFraming
-from spade_jax.envs.program import ProgramError
-from spade_jax.envs.sandbox import EnvError, SandboxPool
-from spade_jax.envs.text import TemplateError
-from spade_jax.generate import Engine
+from spade_jax.engine.generate import Engine
+from spade_jax.envs.ir.program import ProgramError
+from spade_jax.envs.ir.text import TemplateError
+from spade_jax.envs.sandbox.pool import EnvError, SandboxPool
+from spade_jax.rollout import host as host_rollout
+from spade_jax.rollout.chat import ChatFraming
 from spade_jax.spade import prompts, rewards
 from spade_jax.spade.designer import GameEnv, derive_seed
 from spade_jax.tokenizer import Tokenizer

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from spade_jax.envs import validate as validation
-from spade_jax.generate import Engine, SamplingParams
+from spade_jax.engine.generate import Engine, SamplingParams
+from spade_jax.envs.sandbox import validate as validation
 from spade_jax.spade import prompts
 from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.memory import EnvMemory
@@ -73,7 +73,7 @@ class GameEnv:
   def from_state(cls, d: dict) -> GameEnv:
     d = dict(d)
     if d.get("program") is not None:
-      from spade_jax.envs.program import program_from_arrays
+      from spade_jax.envs.ir.program import program_from_arrays
 
       d["program"] = program_from_arrays(d["program"])
     return cls(**d)
@@ -90,7 +90,7 @@ def _translate(source: str, tokenizer, hint: str, seeds: int) -> dict:
   """Translation + differential check; a translator failure never loses a valid environment
   (it then runs on the host). The program is built for the policy's own tokenizer and carries
   the hint in its hint template."""
-  from spade_jax.envs import translate
+  from spade_jax.envs.translate.pipeline import pipeline as translate
 
   try:
     return translate.translate_and_check(source, None, tokenizer=tokenizer, seeds=seeds, hint=hint)

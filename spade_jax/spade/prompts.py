@@ -12,7 +12,7 @@
 
 Messages are ``{"role": "system" | "user", "content": str}`` dicts for the tokenizer's chat
 template. Extracting code from the designer's reply belongs to the validator's ``extract``
-stage (``spade_jax.envs.validate``), not here.
+stage (``spade_jax.envs.sandbox.validate``), not here.
 """
 
 from __future__ import annotations

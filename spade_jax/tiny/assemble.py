@@ -25,8 +25,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from spade_jax.envs.interpreter import ProgramEnv
-from spade_jax.envs.program import (
+from spade_jax.envs.ir.interpreter import ProgramEnv
+from spade_jax.envs.ir.program import (
   ANSWER_INT,
   ANSWER_LIST,
   CHECKS,
@@ -43,7 +43,7 @@ from spade_jax.envs.program import (
   EnvProgram,
   check_program,
 )
-from spade_jax.envs.rollout_types import FirstTemplates
+from spade_jax.rollout.types import FirstTemplates
 from spade_jax.tiny import grammar as g
 
 # Reason codes of `assemble_tokens`: parse errors, then ``check_program`` failures.

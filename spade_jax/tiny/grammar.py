@@ -33,7 +33,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.program import OP_NAMES, OPS
+from spade_jax.envs.ir.program import OP_NAMES, OPS
 from spade_jax.tiny.tokenizer import KEYWORDS
 
 # ---------------------------------------------------------------------------- token classes

@@ -27,9 +27,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from spade_jax.envs import assembly
-from spade_jax.envs.host_rollout import RolloutConfig
-from spade_jax.envs.rollout import DeviceRollout
+from spade_jax.envs.ir import assembly
+from spade_jax.rollout.device import DeviceRollout
+from spade_jax.rollout.host import RolloutConfig
 from spade_jax.tiny.language import tiny_library
 
 # Held out: one family of each answer kind (a yes/no bit, a small count, an int list, a

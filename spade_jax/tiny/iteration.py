@@ -52,16 +52,16 @@ import jax.numpy as jnp
 from flax import struct
 
 from spade_jax import trajectories
-from spade_jax.decode import prefill, run_loop
-from spade_jax.envs import rollout as rollout_lib
-from spade_jax.envs.parse import ParseTables
-from spade_jax.envs.program import MODE_IMM, OPCODE, EnvProgram
-from spade_jax.envs.rollout_types import RolloutSpec
+from spade_jax.engine.decode import prefill, run_loop
+from spade_jax.engine.sampling import SamplingParams
+from spade_jax.envs.ir.parse import ParseTables
+from spade_jax.envs.ir.program import MODE_IMM, OPCODE, EnvProgram
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
 from spade_jax.rl.train_state import TrainState
 from spade_jax.rl.update import train_step
-from spade_jax.sampling import SamplingParams
+from spade_jax.rollout import device as rollout_lib
+from spade_jax.rollout.types import RolloutSpec
 from spade_jax.spade import rewards
 from spade_jax.spade.window import (
   WindowPlays,

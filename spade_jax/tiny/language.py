@@ -48,10 +48,10 @@ import functools
 import json
 import re
 
-from spade_jax.envs.assembly import _split as split_assembly_lines
-from spade_jax.envs.program import OP_NAMES, SPECIALS, ProgramConfig
-from spade_jax.envs.rollout_types import HINT_SEPARATOR
-from spade_jax.envs.text import tokenizer_constants
+from spade_jax.envs.ir.assembly import _split as split_assembly_lines
+from spade_jax.envs.ir.program import OP_NAMES, SPECIALS, ProgramConfig
+from spade_jax.envs.ir.text import tokenizer_constants
+from spade_jax.rollout.types import HINT_SEPARATOR
 from spade_jax.tiny import grammar
 from spade_jax.tiny.assemble import (  # noqa: F401  (re-exported: the language's device side)
   INFEASIBLE,

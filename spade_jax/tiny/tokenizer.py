@@ -36,9 +36,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from spade_jax.envs.assembly import _split as split_assembly_lines
-from spade_jax.envs.program import OP_NAMES, SPECIALS
-from spade_jax.envs.rollout_types import HINT_SEPARATOR
+from spade_jax.envs.ir.assembly import _split as split_assembly_lines
+from spade_jax.envs.ir.program import OP_NAMES, SPECIALS
+from spade_jax.rollout.types import HINT_SEPARATOR
 
 CHATML_TEMPLATE = (
   "{% for message in messages %}"

@@ -22,14 +22,14 @@ import numpy as np
 from flax import nnx
 
 from spade_jax import checkpoint, metrics
-from spade_jax.envs.chat import ChatFraming
-from spade_jax.envs.parse import make_parse_tables
-from spade_jax.envs.program import stack_programs
-from spade_jax.envs.rollout_types import RolloutSpec
+from spade_jax.envs.ir.parse import make_parse_tables
+from spade_jax.envs.ir.program import stack_programs
 from spade_jax.models import Transformer, TransformerConfig
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
 from spade_jax.rl.train_state import abstract_state, create_train_state
+from spade_jax.rollout.chat import ChatFraming
+from spade_jax.rollout.types import RolloutSpec
 from spade_jax.spade import plots, rewards, skills
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import NUM_SKILLS

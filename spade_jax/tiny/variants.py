@@ -21,9 +21,9 @@ import inspect
 
 import numpy as np
 
-from spade_jax.envs import assembly
+from spade_jax.envs.ir import assembly
+from spade_jax.envs.ir.program import stack_programs
 from spade_jax.envs.library import FAMILIES
-from spade_jax.envs.program import stack_programs
 from spade_jax.tiny.language import feasible, library_tokens
 
 

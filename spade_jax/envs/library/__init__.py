@@ -14,9 +14,9 @@ import inspect
 from collections.abc import Callable
 from types import ModuleType
 
-from spade_jax.envs.assembly import assemble
+from spade_jax.envs.ir.assembly import assemble
+from spade_jax.envs.ir.program import DEFAULT_CONFIG, EnvProgram, ProgramConfig
 from spade_jax.envs.library import arithmetic, puzzles
-from spade_jax.envs.program import DEFAULT_CONFIG, EnvProgram, ProgramConfig
 
 
 @dataclasses.dataclass(frozen=True)
