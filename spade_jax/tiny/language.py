@@ -48,7 +48,7 @@ import functools
 import json
 import re
 
-from spade_jax.envs.ir.assembly import _split as split_assembly_lines
+from spade_jax.envs.ir.assembly import split_lines as split_assembly_lines
 from spade_jax.envs.ir.program import OP_NAMES, SPECIALS, ProgramConfig
 from spade_jax.envs.ir.text import tokenizer_constants
 from spade_jax.rollout.types import HINT_SEPARATOR

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from spade_jax.envs.ir.assembly import _split as split_assembly_lines
+from spade_jax.envs.ir.assembly import split_lines as split_assembly_lines
 from spade_jax.envs.ir.program import OP_NAMES, SPECIALS
 from spade_jax.rollout.types import HINT_SEPARATOR
 

@@ -105,7 +105,9 @@ class AssemblyError(ValueError):
   """A malformed program text; the message starts with ``line N:``."""
 
 
-class _Line:
+class Line:
+  """One non-empty source line: its 1-based number and its words (comments dropped)."""
+
   def __init__(self, number: int, words: list[str]):
     self.number, self.words = number, words
 
@@ -113,7 +115,8 @@ class _Line:
     return AssemblyError(f"line {self.number}: {msg}")
 
 
-def _split(text: str) -> list[_Line]:
+def split_lines(text: str) -> list[Line]:
+  """The program text's non-empty lines, split into words (string literals kept whole)."""
   lines = []
   for number, raw in enumerate(text.splitlines(), 1):
     words = []
@@ -125,7 +128,7 @@ def _split(text: str) -> list[_Line]:
         raise AssemblyError(f"line {number}: unterminated string literal")
       words.append(w)
     if words:
-      lines.append(_Line(number, words))
+      lines.append(Line(number, words))
   return lines
 
 
@@ -311,7 +314,7 @@ class _Assembler:
 
   # --------------------------------------------------------------------------- program
   def run(self, text: str) -> EnvProgram:
-    lines = _split(text)
+    lines = split_lines(text)
     stage = "start"
     for line in lines:
       head = line.words[0]
