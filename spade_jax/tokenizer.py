@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,9 +176,29 @@ class Tokenizer:
     return arr, lens
 
 
+def import_transformers():
+  """``transformers``, imported without its "PyTorch was not found" advice: tokenizers and
+  configs need no torch (only GGUF checkpoints do, through the ``[gguf]`` extra), so a default
+  install would otherwise start every run with a warning that does not apply."""
+  if "transformers" not in sys.modules:
+    old = os.environ.get(_NO_ADVICE)
+    os.environ[_NO_ADVICE] = "1"
+    try:
+      import transformers  # noqa: F401
+    finally:
+      if old is None:
+        os.environ.pop(_NO_ADVICE, None)
+      else:
+        os.environ[_NO_ADVICE] = old
+  return sys.modules["transformers"]
+
+
+_NO_ADVICE = "TRANSFORMERS_NO_ADVISORY_WARNINGS"
+
+
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
   """Loads a tokenizer from an HF directory, a ``.gguf`` file, ``smollm2``, or a hub id."""
-  from transformers import AutoTokenizer
+  AutoTokenizer = import_transformers().AutoTokenizer
 
   from spade_jax.models.checkpoints import CheckpointError, resolve_path
 

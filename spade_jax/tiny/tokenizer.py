@@ -39,6 +39,7 @@ from pathlib import Path
 from spade_jax.envs.ir.assembly import split_lines as split_assembly_lines
 from spade_jax.envs.ir.program import OP_NAMES, SPECIALS
 from spade_jax.rollout.types import HINT_SEPARATOR
+from spade_jax.tokenizer import import_transformers, load_tokenizer
 
 CHATML_TEMPLATE = (
   "{% for message in messages %}"
@@ -232,7 +233,8 @@ def _corpus() -> list[str]:
 def build_tokenizer(out_dir) -> str:
   """Builds the tiny tokenizer (deterministic, offline) into ``out_dir``; returns the path."""
   from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-  from transformers import PreTrainedTokenizerFast
+
+  PreTrainedTokenizerFast = import_transformers().PreTrainedTokenizerFast
 
   tok = Tokenizer(models.BPE())
   tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -278,6 +280,4 @@ def tiny_tokenizer_dir() -> str:
 
 def load_tiny_tokenizer():
   """The tiny tokenizer as a `spade_jax.tokenizer.Tokenizer`."""
-  from spade_jax.tokenizer import load_tokenizer
-
   return load_tokenizer(tiny_tokenizer_dir())
