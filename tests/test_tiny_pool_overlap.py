@@ -1,15 +1,9 @@
-"""benchmarks/tiny_pool_overlap.py: same-slot program counts between two runs' records."""
+"""spade_jax.tiny.analysis.pool_overlap: same-slot program counts between two runs' records."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-  "tiny_pool_overlap", REPO / "benchmarks/tiny_pool_overlap.py"
-)
-overlap_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(overlap_mod)
+from spade_jax.tiny.analysis import pool_overlap as overlap_mod
 
 
 def _records(run: Path, programs: dict):

@@ -1,6 +1,7 @@
 """The tiny on-device SPADE run end to end: the smoke config through `experiments/run.py`'s
 `train.train`, its artifacts and metrics, and exact resume after SIGKILL. (The default job's
-trends are checked on a recorded run by `benchmarks/tiny_trends.py --check`, not here.)"""
+trends are checked on a recorded run by `python -m spade_jax.tiny.analysis.trends --check`, not
+here.)"""
 
 import collections
 import json
@@ -183,15 +184,16 @@ def test_reward_band_and_cap_reach_the_designer_reward():
   assert reward.plateau == (0.05, 0.2, 0.4, 0.7) and reward.scale_cap == 0.5
 
 
-def test_family_difficulty_benchmark_reads_a_run(smoke_run):
-  """benchmarks/tiny_family_difficulty.py rebuilds a run's config and checkpoint and prints
-  failure rates of its frozen warm and final policies by family and knob-scale bin."""
+def test_family_difficulty_analysis_reads_a_run(smoke_run):
+  """`spade_jax.tiny.analysis.family_difficulty` rebuilds a run's config and checkpoint and
+  prints failure rates of its frozen warm and final policies by family and knob-scale bin."""
   res = subprocess.run(
-    [sys.executable, str(REPO / "benchmarks" / "tiny_family_difficulty.py"), str(smoke_run[0])]
+    [sys.executable, "-m", "spade_jax.tiny.analysis.family_difficulty", str(smoke_run[0])]
     + ["--variants", "1", "--episodes", "1"],
     capture_output=True,
     text=True,
     timeout=600,
+    cwd=REPO,
   )
   assert res.returncode == 0, res.stderr[-2000:]
   for policy in ("warm", "final"):
@@ -203,15 +205,16 @@ def test_family_difficulty_benchmark_reads_a_run(smoke_run):
   assert len(lib) == 2 and all(0.0 <= float(r) <= 1.0 and int(n) > 0 for r, n in lib)
 
 
-def test_pool_families_benchmark_reads_a_run(smoke_run):
-  """benchmarks/tiny_pool_families.py replays a run's recorded designer games with its frozen
-  warm policy and prints the family mix and failure rates of the first and last quarter."""
+def test_pool_families_analysis_reads_a_run(smoke_run):
+  """`spade_jax.tiny.analysis.pool_families` replays a run's recorded designer games with its
+  frozen warm policy and prints the family mix and failure rates of the first and last quarter."""
   res = subprocess.run(
-    [sys.executable, str(REPO / "benchmarks" / "tiny_pool_families.py"), str(smoke_run[0])]
+    [sys.executable, "-m", "spade_jax.tiny.analysis.pool_families", str(smoke_run[0])]
     + ["--episodes", "1"],
     capture_output=True,
     text=True,
     timeout=600,
+    cwd=REPO,
   )
   assert res.returncode == 0, res.stderr[-2000:]
   quarters = re.findall(

@@ -1,16 +1,14 @@
-"""benchmarks/tiny_trends.py: first- vs last-quarter trends and the acceptance check, on
-synthetic runs (the recorded default run in docs/tiny/ is checked by running the script)."""
+"""spade_jax.tiny.analysis.trends: first- vs last-quarter trends and the acceptance check, on
+synthetic runs (the recorded default run in docs/tiny/ is checked by running the command)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from spade_jax.tiny.analysis import trends as tiny_trends
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("tiny_trends", REPO / "benchmarks/tiny_trends.py")
-tiny_trends = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tiny_trends)
 
 
 def _run(tmp_path, acc, ref, valid0=0.75):

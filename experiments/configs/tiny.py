@@ -8,7 +8,7 @@
 A ~0.6M-parameter Qwen3-architecture model trained from scratch writes environments in the
 designer language (`spade_jax.tiny.language`) under a grammar mask and plays them, hinted and
 unhinted, in one jitted iteration per step (`spade_jax.tiny.iteration`). `:smoke` is the test
-size; `:reward=` selects the designer reward (the ablations of benchmarks/spade_ablation.py);
+size; `:reward=` selects the designer reward (the ablations of spade_jax.tiny.analysis.ablation);
 `:seed=` the run seed; `:warm=0` starts from random weights (no supervised warm start).
 """
 

@@ -95,7 +95,7 @@ def training_settings(library: LibraryPrograms, max_level: int) -> list[tuple[st
 def greedy_rollout(graphdef, params, tok, framing, cfg, spec, **kw) -> DeviceRollout:
   """The tiny run's episodes played greedily on device (a `DeviceRollout` with the run's turn,
   token and context limits and the rollout layout of ``spec``, a `RolloutSpec`): held-out
-  evaluation, the warm start's oracle episodes (``kw``: script size) and the benchmarks."""
+  evaluation, the warm start's oracle episodes (``kw``: script size) and the analysis tools."""
   rollout_cfg = RolloutConfig(
     max_turns=cfg.agent.max_turns,
     max_new_tokens=cfg.agent.max_new_tokens,
@@ -135,7 +135,7 @@ class TinyHeldout:
   def evaluate(self, params, path=None) -> dict:
     """The metrics; with ``path``, also one JSON line per episode (family, group, seed, solved)
     written there, so two evaluations can be compared episode by episode (the same episodes
-    every time: `benchmarks/tiny_trends.py` pairs them)."""
+    every time: `spade_jax.tiny.analysis.trends` pairs them)."""
     out = self.device(self.programs, self.seeds, [False] * len(self.programs), params=params)
     solved = np.asarray(jax.device_get(out.solved_B))
     if path is not None:

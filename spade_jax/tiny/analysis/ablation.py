@@ -1,7 +1,8 @@
 """Designer-reward ablation of the tiny on-device SPADE loop, at equal compute.
 
-  python benchmarks/spade_ablation.py                       # all variants, 3 seeds
-  python benchmarks/spade_ablation.py --variants regret,fixed --seeds 0,1 --steps 40 --jobs 2
+  python -m spade_jax.tiny.analysis.ablation        # all variants, 3 seeds
+  python -m spade_jax.tiny.analysis.ablation --variants regret,fixed --seeds 0,1 --steps 40 \
+    --jobs 2
 
 Every (variant, seed) is one run of ``experiments/configs/tiny.py:reward=V,seed=S`` with the
 same steps, pool size, plays and warm start (equal compute; ``fixed`` = the random library
@@ -26,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from spade_jax import metrics
 
-from spade_jax import metrics  # noqa: E402
+REPO = Path(__file__).resolve().parents[3]  # experiments/run.py, runs/
 
 VARIANTS = ("regret", "blend", "solve_rate", "learning_potential", "learnability", "fixed")
 

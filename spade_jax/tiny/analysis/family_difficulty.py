@@ -1,6 +1,6 @@
 """What makes a tiny SPADE environment hard for the tiny agent: family or difficulty knobs?
 
-  python benchmarks/tiny_family_difficulty.py RUN [--episodes 8] [--variants 32]
+  python -m spade_jax.tiny.analysis.family_difficulty RUN [--episodes 8] [--variants 32]
 
 Rebuilds the config of a tiny run's workdir (``RUN/config.json``), restores its latest
 checkpoint and plays, greedily and without the hint, ``--episodes`` problem instances of
@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from benchmarks.common import restore_tiny_run  # noqa: E402
-from spade_jax.envs import assembly  # noqa: E402
-from spade_jax.tiny import variants as tiny_variants  # noqa: E402
-from spade_jax.tiny.heldout import greedy_rollout, training_settings  # noqa: E402
+from spade_jax.envs.ir import assembly
+from spade_jax.tiny import variants as tiny_variants
+from spade_jax.tiny.analysis.restore import restore_tiny_run
+from spade_jax.tiny.heldout import greedy_rollout, training_settings
 
 BINS = ("lib", "easier", "near", "harder")
 

@@ -1,6 +1,7 @@
 """First-quarter vs last-quarter trends of a recorded tiny SPADE run.
 
-  python benchmarks/tiny_trends.py runs/tiny [--check] [--same-as OTHER_RUN [--ignore PREFIX]]
+  python -m spade_jax.tiny.analysis.trends runs/tiny [--check]
+    [--same-as OTHER_RUN [--ignore PREFIX]]
 
 Reads ``RUN/metrics.jsonl`` and prints, for each series, the mean over the first and the last
 quarter of the steps that logged it: held-out accuracy (``eval/accuracy`` and its two parts
@@ -48,10 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from spade_jax import metrics  # noqa: E402
+from spade_jax import metrics
 
 POOL_SERIES = ("designer/", "agent/")
 

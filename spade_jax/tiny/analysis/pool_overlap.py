@@ -1,6 +1,6 @@
 """How often two tiny runs wrote the same program into the same pool slot.
 
-  python benchmarks/tiny_pool_overlap.py RUN_A RUN_B [--max-step N]
+  python -m spade_jax.tiny.analysis.pool_overlap RUN_A RUN_B [--max-step N]
 
 Reads the environment records (``RUN/envs/step*_game*.json``) of two runs with the same seed
 and prints, over the (step, game) slots both recorded (up to ``--max-step``), how many hold

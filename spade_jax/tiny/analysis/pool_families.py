@@ -1,7 +1,7 @@
 """The designer's pools of a tiny run by family: which families it wrote, and whether its games
 got harder *within* a family (the frozen warm-started policy as the yardstick).
 
-  python benchmarks/tiny_pool_families.py RUN [--episodes 8]
+  python -m spade_jax.tiny.analysis.pool_families RUN [--episodes 8]
 
 Reads the environment records of a tiny run (``RUN/envs/*.json``: the designer's own valid
 games, ``source == "new"``), restores the run's latest checkpoint and plays every recorded
@@ -23,16 +23,12 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments" / "configs"))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from benchmarks.common import restore_tiny_run  # noqa: E402
-from spade_jax.envs import assembly  # noqa: E402
-from spade_jax.tiny.heldout import greedy_rollout  # noqa: E402
+from spade_jax.envs.ir import assembly
+from spade_jax.tiny.analysis.restore import restore_tiny_run
+from spade_jax.tiny.heldout import greedy_rollout
 
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 

@@ -1,18 +1,10 @@
-"""benchmarks/tiny_pool_families.py: family assignment by task-statement words and the
-first- vs last-quarter tables (the script itself runs on a smoke run in test_tiny_train.py)."""
-
-import importlib.util
-from pathlib import Path
+"""spade_jax.tiny.analysis.pool_families: family assignment by task-statement words and the
+first- vs last-quarter tables (the command itself runs on a smoke run in test_tiny_train.py)."""
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-  "pool_families", REPO / "benchmarks/tiny_pool_families.py"
-)
-pf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pf)
+from spade_jax.tiny.analysis import pool_families as pf
 
 ARGMAX = (
   'reset\nobs "Here is a list: " l0 ". At which position is its largest value?"\nhint "Scan."'
