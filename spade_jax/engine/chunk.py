@@ -5,8 +5,9 @@ token per step, and every step reads the whole KV cache. In a multi-turn rollout
 answers most steps do that. When *every* active sequence has at least two forced tokens
 queued, :func:`chunk_step` consumes up to ``width`` of them per sequence in one forward pass
 over the chunk -- the multi-turn analogue of chunked prefill. The forward (`chunk_forward`)
-is :func:`spade_jax.engine.kv_cache.decode_forward` for ``T`` tokens: same helpers, same order of
-operations, on the decode cache's own layout (the model's ``[.., S, K, H]`` cached forward is
+is :func:`spade_jax.engine.kv_cache.decode_forward` for ``T`` tokens: the same block
+(:func:`spade_jax.models.block.block`) with :func:`spade_jax.engine.kv_cache.chunk_attend`, on
+the decode cache's own layout (the model's ``[.., S, K, H]`` cached forward is
 ~10x slower on XLA:CPU for this shape).
 
 Layout. Sequences share the cache write index. The chunk writes slots ``[index, index +
@@ -28,10 +29,16 @@ from flax import nnx
 
 from spade_jax import sharding
 from spade_jax.engine.decode import CACHE_FULL, RUNNING, TRACES, DecodeState, constrain_state
-from spade_jax.engine.kv_cache import DecodeCache, DecodeWeights, constrain_cache, prepare_weights
+from spade_jax.engine.kv_cache import (
+  DecodeCache,
+  DecodeWeights,
+  chunk_attend,
+  constrain_cache,
+  prepare_weights,
+)
 from spade_jax.engine.sampling import LogitsProcessor
+from spade_jax.models.block import block, rms_norm, rope_tables
 from spade_jax.models.config import TransformerConfig
-from spade_jax.models.transformer import _MASK_VALUE, _dense, apply_rope, rms_norm, rope_tables
 
 _F32 = jnp.float32
 
@@ -42,7 +49,6 @@ def chunk_forward(
   """Runs ``C`` tokens per sequence at slots ``[index, index + C)`` (``mask_BC`` False: written
   but never visible) -> final-norm hidden states ``[B, C, D]`` and the cache (index not moved).
   Token ``t`` attends to the valid slots before ``index + t`` and to itself."""
-  dt = cfg.dtype
   index, S = cache.index, cache.size
   zero = jnp.zeros((), jnp.int32)
   B, C = tok_BC.shape
@@ -52,44 +58,10 @@ def chunk_forward(
   valid_BS = jax.lax.dynamic_update_slice(cache.valid_BS, mask_BC, (zero, index))
   visible_CS = jnp.arange(S)[None, :] <= (index + jnp.arange(C))[:, None]
   mask_BCS = visible_CS[None] & valid_BS[:, None, :]
-  K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
   ks, vs = list(cache.k), list(cache.v)
   for i, w in enumerate(weights.layers):
-    h_BCD = rms_norm(x_BCD, w["attn_norm"], cfg.rms_eps)
-    q = _dense(h_BCD, w["q"], "btd,dnh->btnh", dt)
-    k = _dense(h_BCD, w["k"], "btd,dkh->btkh", dt)
-    v = _dense(h_BCD, w["v"], "btd,dkh->btkh", dt)
-    if cfg.qkv_bias:
-      q = q + w["q_bias"].astype(_F32)
-      k = k + w["k_bias"].astype(_F32)
-      v = v + w["v_bias"].astype(_F32)
-    if cfg.qk_norm:
-      q = rms_norm(q, w["q_norm"], cfg.rms_eps)
-      k = rms_norm(k, w["k_norm"], cfg.rms_eps)
-    q = apply_rope(q, sin_BCH, cos_BCH)
-    k = apply_rope(k, sin_BCH, cos_BCH)
-    ks[i] = jax.lax.dynamic_update_slice(
-      ks[i], k.transpose(0, 2, 3, 1).astype(ks[i].dtype), (zero, zero, zero, index)
-    )
-    vs[i] = jax.lax.dynamic_update_slice(
-      vs[i], v.swapaxes(1, 2).astype(vs[i].dtype), (zero, zero, index, zero)
-    )
-    q_BKGCH = q.reshape(B, C, K, N // K, H).transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum(
-      "bkgch,bkhs->bkgcs", q_BKGCH.astype(dt), ks[i].astype(dt), preferred_element_type=_F32
-    ) * (H**-0.5)
-    scores = jnp.where(mask_BCS[:, None, None], scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum(
-      "bkgcs,bksh->bkgch", probs.astype(dt), vs[i].astype(dt), preferred_element_type=_F32
-    )
-    attn_BCNH = out.transpose(0, 3, 1, 2, 4).reshape(B, C, N, H)
-    x_BCD = x_BCD + _dense(attn_BCNH, w["o"], "btnh,nhd->btd", dt)
-    h_BCD = rms_norm(x_BCD, w["mlp_norm"], cfg.rms_eps)
-    gate = _dense(h_BCD, w["gate"], "btd,df->btf", dt)
-    up = _dense(h_BCD, w["up"], "btd,df->btf", dt)
-    x_BCD = x_BCD + _dense(jax.nn.silu(gate) * up, w["down"], "btf,fd->btd", dt)
-    x_BCD = sharding.constrain(x_BCD, ("batch", "length", "act_embed"))
+    attend = chunk_attend(cfg, ks[i], vs[i], mask_BCS, index)
+    x_BCD, (ks[i], vs[i]) = block(cfg, w, x_BCD, sin_BCH, cos_BCH, attend)
   hidden_BCD = rms_norm(x_BCD, weights.final_norm_D, cfg.rms_eps)
   return hidden_BCD, constrain_cache(DecodeCache(tuple(ks), tuple(vs), valid_BS, index))
 

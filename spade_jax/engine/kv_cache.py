@@ -11,9 +11,10 @@ the cache is converted once into :class:`DecodeCache`: one array per layer, keys
 matmuls; XLA:CPU ran the ``[.., S, H]`` key form 5-10x slower in float32), updated in place
 by ``dynamic_update_slice`` in a layer loop unrolled at trace time (so compile time grows with
 depth: ~10-20 s for SmolLM2's 30 layers on 2 CPU cores), with the per-layer weights sliced
-once per loop (:func:`prepare_weights`) rather than once per step. The math is the
-transformer block's (same helpers, same order of operations); ``tests/test_kv_cache.py``
-holds it equal to the model's full forward.
+once per loop (:func:`prepare_weights`) rather than once per step. Each layer is the model's
+own :func:`spade_jax.models.block.block`; only its ``attend`` differs (:func:`decode_attend`,
+and :func:`chunk_attend` for the chunked forward, both over this layout);
+``tests/test_kv_cache.py`` holds it equal to the model's full forward.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from spade_jax import sharding
+from spade_jax.models.block import block, masked_attention, rms_norm, rope_tables
 from spade_jax.models.cache import KVCache
 from spade_jax.models.config import TransformerConfig
-from spade_jax.models.transformer import _MASK_VALUE, _dense, apply_rope, rms_norm, rope_tables
 
 _F32 = jnp.float32
 KEY_AXES = ("batch", "act_kv_heads", None, "cache_length")
@@ -99,20 +100,51 @@ def prepare_weights(model) -> DecodeWeights:
   )
 
 
-def _attend(cfg: TransformerConfig, q_B1NH, k_BKHS, v_BKSH, valid_BS):
-  B, _, N, H = q_B1NH.shape
-  K = cfg.num_kv_heads
-  dt = cfg.dtype
-  q_BKGH = q_B1NH[:, 0].reshape(B, K, N // K, H)
-  scores_BKGS = jnp.einsum(
-    "bkgh,bkhs->bkgs", q_BKGH.astype(dt), k_BKHS.astype(dt), preferred_element_type=_F32
-  ) * (H**-0.5)
-  scores_BKGS = jnp.where(valid_BS[:, None, None, :], scores_BKGS, _MASK_VALUE)
-  probs_BKGS = jax.nn.softmax(scores_BKGS, axis=-1)
-  out_BKGH = jnp.einsum(
-    "bkgs,bksh->bkgh", probs_BKGS.astype(dt), v_BKSH.astype(dt), preferred_element_type=_F32
+def write_kv(k_BKHS, v_BKSH, k_BTKH, v_BTKH, index):
+  """One layer's decode cache with ``T`` new keys/values written at slots ``[index, index+T)``."""
+  zero = jnp.zeros((), jnp.int32)
+  k_BKHS = jax.lax.dynamic_update_slice(
+    k_BKHS, k_BTKH.transpose(0, 2, 3, 1).astype(k_BKHS.dtype), (zero, zero, zero, index)
   )
-  return out_BKGH.reshape(B, 1, N, H)
+  v_BKSH = jax.lax.dynamic_update_slice(
+    v_BKSH, v_BTKH.swapaxes(1, 2).astype(v_BKSH.dtype), (zero, zero, index, zero)
+  )
+  return k_BKHS, v_BKSH
+
+
+def decode_attend(cfg: TransformerConfig, k_BKHS, v_BKSH, valid_BS, index):
+  """The block's ``attend`` for one token per sequence: writes it into this layer's cache at
+  ``index`` and attends to the slots where ``valid_BS`` (which already counts it);
+  ``aux`` is the layer's new ``(K, V)``."""
+
+  def attend(q_B1NH, k_B1KH, v_B1KH):
+    k, v = write_kv(k_BKHS, v_BKSH, k_B1KH, v_B1KH, index)
+    B, _, N, H = q_B1NH.shape
+    K = cfg.num_kv_heads
+    q_BKGH = q_B1NH[:, 0].reshape(B, K, N // K, H)
+    mask = valid_BS[:, None, None, :]
+    out_BKGH = masked_attention(q_BKGH, k, v, mask, cfg.dtype, "bkgh,bkhs->bkgs", "bkgs,bksh->bkgh")
+    return out_BKGH.reshape(B, 1, N, H), (k, v)
+
+  return attend
+
+
+def chunk_attend(cfg: TransformerConfig, k_BKHS, v_BKSH, mask_BCS, index):
+  """The block's ``attend`` for ``C`` tokens per sequence: writes them into this layer's cache
+  at ``[index, index + C)`` and attends token ``c`` to the slots where ``mask_BCS[:, c]``;
+  ``aux`` is the layer's new ``(K, V)``."""
+
+  def attend(q_BCNH, k_BCKH, v_BCKH):
+    k, v = write_kv(k_BKHS, v_BKSH, k_BCKH, v_BCKH, index)
+    B, C, N, H = q_BCNH.shape
+    K = cfg.num_kv_heads
+    q_BKGCH = q_BCNH.reshape(B, C, K, N // K, H).transpose(0, 2, 3, 1, 4)
+    out_BKGCH = masked_attention(
+      q_BKGCH, k, v, mask_BCS[:, None, None], cfg.dtype, "bkgch,bkhs->bkgcs", "bkgcs,bksh->bkgch"
+    )
+    return out_BKGCH.transpose(0, 3, 1, 2, 4).reshape(B, C, N, H), (k, v)
+
+  return attend
 
 
 def decode_forward(
@@ -129,34 +161,8 @@ def decode_forward(
   valid_BS = jax.lax.dynamic_update_slice(cache.valid_BS, mask_B[:, None], (zero, index))
   ks, vs = list(cache.k), list(cache.v)
   for i, w in enumerate(weights.layers):
-    h_B1D = rms_norm(x_B1D, w["attn_norm"], cfg.rms_eps)
-    q = _dense(h_B1D, w["q"], "btd,dnh->btnh", dt)
-    k = _dense(h_B1D, w["k"], "btd,dkh->btkh", dt)
-    v = _dense(h_B1D, w["v"], "btd,dkh->btkh", dt)
-    if cfg.qkv_bias:
-      q = q + w["q_bias"].astype(_F32)
-      k = k + w["k_bias"].astype(_F32)
-      v = v + w["v_bias"].astype(_F32)
-    if cfg.qk_norm:
-      q = rms_norm(q, w["q_norm"], cfg.rms_eps)
-      k = rms_norm(k, w["k_norm"], cfg.rms_eps)
-    q = sharding.constrain(apply_rope(q, sin_B1H, cos_B1H), ("batch", "length", "act_heads", None))
-    k = apply_rope(k, sin_B1H, cos_B1H)
-    ks[i] = jax.lax.dynamic_update_slice(
-      ks[i], k.transpose(0, 2, 3, 1).astype(ks[i].dtype), (zero, zero, zero, index)
-    )
-    vs[i] = jax.lax.dynamic_update_slice(
-      vs[i], v.swapaxes(1, 2).astype(vs[i].dtype), (zero, zero, index, zero)
-    )
-    attn_B1NH = _attend(cfg, q, ks[i], vs[i], valid_BS)
-    x_B1D = x_B1D + _dense(attn_B1NH, w["o"], "btnh,nhd->btd", dt)
-    x_B1D = sharding.constrain(x_B1D, ("batch", "length", "act_embed"))
-    h_B1D = rms_norm(x_B1D, w["mlp_norm"], cfg.rms_eps)
-    gate = _dense(h_B1D, w["gate"], "btd,df->btf", dt)
-    up = _dense(h_B1D, w["up"], "btd,df->btf", dt)
-    act = sharding.constrain(jax.nn.silu(gate) * up, ("batch", "length", "act_mlp"))
-    x_B1D = x_B1D + _dense(act, w["down"], "btf,fd->btd", dt)
-    x_B1D = sharding.constrain(x_B1D, ("batch", "length", "act_embed"))
+    attend = decode_attend(cfg, ks[i], vs[i], valid_BS, index)
+    x_B1D, (ks[i], vs[i]) = block(cfg, w, x_B1D, sin_B1H, cos_B1H, attend)
   h_BD = rms_norm(x_B1D[:, 0], weights.final_norm_D, cfg.rms_eps)
   logits_BV = jnp.einsum(
     "bd,dv->bv", h_BD.astype(dt), weights.unembed_DV.astype(dt), preferred_element_type=_F32

@@ -3,8 +3,8 @@
 Layers are stored stacked (leading ``layers`` axis) and run with ``lax.scan``, so compile time
 does not grow with depth and the KV cache is one array per K/V. Every parameter carries logical
 axis names under ``sharding.LOGICAL_AXES_KEY``; activations are constrained at block boundaries.
-Matmuls run in ``cfg.dtype`` and accumulate in float32; norms, softmax and the residual stream
-are float32.
+The block itself (shared with the decode engine) is :func:`spade_jax.models.block.block`; this
+module supplies its attention over the full sequence or the model's stacked KV cache.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import sharding
+from spade_jax.models.block import block, masked_attention, rms_norm, rope_tables
 from spade_jax.models.cache import KVCache
 from spade_jax.models.config import TransformerConfig
 
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 _F32 = jnp.float32
 
 # name -> (shape function of cfg, logical axes, init kind); the layer axis is prepended.
@@ -135,10 +135,8 @@ class Transformer(nnx.Module):
 
     def body(x_BTD, xs):
       w, kv = xs
-      x_BTD, new_kv = _block(
-        cfg, w, x_BTD, sin_BTH, cos_BTH, attn_mask_BTS, kv, None if cache is None else cache.index
-      )
-      return x_BTD, new_kv
+      attend = _model_attend(cfg, attn_mask_BTS, kv, None if cache is None else cache.index)
+      return block(cfg, w, x_BTD, sin_BTH, cos_BTH, attend)
 
     if cfg.remat == "full":
       body = jax.checkpoint(body)
@@ -166,39 +164,9 @@ class Transformer(nnx.Module):
     return sharding.constrain(logits_BTV, ("batch", "length", "act_vocab"))
 
 
-def rms_norm(x, weight, eps):
-  x32 = x.astype(_F32)
-  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-  return normed * weight.astype(_F32)
-
-
-def rope_tables(positions_BT, head_dim, theta):
-  """sin/cos ``[B, T, H]`` in the HF (rotate-half) layout."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=_F32) / head_dim))
-  freqs_BTh = positions_BT.astype(_F32)[..., None] * inv_freq
-  emb_BTH = jnp.concatenate([freqs_BTh, freqs_BTh], axis=-1)
-  return jnp.sin(emb_BTH), jnp.cos(emb_BTH)
-
-
-def apply_rope(x_BTNH, sin_BTH, cos_BTH):
-  half = x_BTNH.shape[-1] // 2
-  rot = jnp.concatenate([-x_BTNH[..., half:], x_BTNH[..., :half]], axis=-1)
-  return x_BTNH * cos_BTH[:, :, None, :] + rot * sin_BTH[:, :, None, :]
-
-
-def _dense(x, w, spec, dtype):
-  return jnp.einsum(spec, x.astype(dtype), w.astype(dtype), preferred_element_type=_F32)
-
-
 def _attend(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt):
-  H = q_BTKGH.shape[-1]
-  scores_BKGTS = jnp.einsum(
-    "btkgh,bskh->bkgts", q_BTKGH.astype(dt), k_BSKH.astype(dt), preferred_element_type=_F32
-  ) * (H**-0.5)
-  scores_BKGTS = jnp.where(mask_BTS[:, None, None], scores_BKGTS, _MASK_VALUE)
-  probs_BKGTS = jax.nn.softmax(scores_BKGTS, axis=-1)
-  return jnp.einsum(
-    "bkgts,bskh->btkgh", probs_BKGTS.astype(dt), v_BSKH.astype(dt), preferred_element_type=_F32
+  return masked_attention(
+    q_BTKGH, k_BSKH, v_BSKH, mask_BTS[:, None, None], dt, "btkgh,bskh->bkgts", "bkgts,bskh->btkgh"
   )
 
 
@@ -220,46 +188,27 @@ def _attention(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt, chunk):
   return out[:, :T]
 
 
-def _block(cfg, w, x_BTD, sin_BTH, cos_BTH, mask_BTS, kv, index):
-  """One pre-norm block. ``kv`` is this layer's cache (K, V) or None; returns new (K, V)."""
-  dt = cfg.dtype
-  h_BTD = rms_norm(x_BTD, w["attn_norm"], cfg.rms_eps)
-  q_BTNH = _dense(h_BTD, w["q"], "btd,dnh->btnh", dt)
-  k_BTKH = _dense(h_BTD, w["k"], "btd,dkh->btkh", dt)
-  v_BTKH = _dense(h_BTD, w["v"], "btd,dkh->btkh", dt)
-  if cfg.qkv_bias:
-    q_BTNH = q_BTNH + w["q_bias"].astype(_F32)
-    k_BTKH = k_BTKH + w["k_bias"].astype(_F32)
-    v_BTKH = v_BTKH + w["v_bias"].astype(_F32)
-  if cfg.qk_norm:
-    q_BTNH = rms_norm(q_BTNH, w["q_norm"], cfg.rms_eps)
-    k_BTKH = rms_norm(k_BTKH, w["k_norm"], cfg.rms_eps)
-  q_BTNH = apply_rope(q_BTNH, sin_BTH, cos_BTH)
-  k_BTKH = apply_rope(k_BTKH, sin_BTH, cos_BTH)
-  q_BTNH = sharding.constrain(q_BTNH, ("batch", "length", "act_heads", None))
+def _model_attend(cfg, mask_BTS, kv, index):
+  """The block's ``attend`` for the model forward: over this call's own keys/values (``kv``
+  None) or this layer's stacked-layout cache ``kv = (K, V)`` ``[B, S, K, H]``, written at
+  ``index``; ``aux`` is the new (K, V) or None."""
 
-  if kv is None:
-    keys_BSKH, values_BSKH, new_kv = k_BTKH, v_BTKH, None
-  else:
-    k_cache, v_cache = kv
-    zero = jnp.zeros((), jnp.int32)
-    start = (zero, index, zero, zero)
-    k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKH.astype(k_cache.dtype), start)
-    v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKH.astype(v_cache.dtype), start)
-    keys_BSKH, values_BSKH, new_kv = k_cache, v_cache, (k_cache, v_cache)
+  def attend(q_BTNH, k_BTKH, v_BTKH):
+    if kv is None:
+      keys_BSKH, values_BSKH, new_kv = k_BTKH, v_BTKH, None
+    else:
+      k_cache, v_cache = kv
+      zero = jnp.zeros((), jnp.int32)
+      start = (zero, index, zero, zero)
+      k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKH.astype(k_cache.dtype), start)
+      v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKH.astype(v_cache.dtype), start)
+      keys_BSKH, values_BSKH, new_kv = k_cache, v_cache, (k_cache, v_cache)
+    B, T, N, H = q_BTNH.shape
+    K = cfg.num_kv_heads
+    q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
+    attn_BTKGH = _attention(
+      q_BTKGH, keys_BSKH, values_BSKH, mask_BTS, cfg.dtype, cfg.attention_chunk
+    )
+    return attn_BTKGH.reshape(B, T, N, H), new_kv
 
-  B, T, N, H = q_BTNH.shape
-  K = cfg.num_kv_heads
-  q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
-  attn_BTKGH = _attention(q_BTKGH, keys_BSKH, values_BSKH, mask_BTS, dt, cfg.attention_chunk)
-  attn_BTNH = attn_BTKGH.reshape(B, T, N, H)
-  x_BTD = x_BTD + _dense(attn_BTNH, w["o"], "btnh,nhd->btd", dt)
-  x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
-
-  h_BTD = rms_norm(x_BTD, w["mlp_norm"], cfg.rms_eps)
-  gate_BTF = _dense(h_BTD, w["gate"], "btd,df->btf", dt)
-  up_BTF = _dense(h_BTD, w["up"], "btd,df->btf", dt)
-  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "act_mlp"))
-  x_BTD = x_BTD + _dense(act_BTF, w["down"], "btf,fd->btd", dt)
-  x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
-  return x_BTD, new_kv
+  return attend
