@@ -134,7 +134,6 @@ def train(config, workdir) -> dict:
   from spade_jax.engine.generate import Engine
   from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
   from spade_jax.envs.sandbox.validate import ValidatorConfig
-  from spade_jax.rl import losses
   from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
   from spade_jax.rl.train_state import abstract_state, create_train_state
   from spade_jax.rl.update import make_update
@@ -170,14 +169,7 @@ def train(config, workdir) -> dict:
   mesh = sharding.make_mesh(tuple(config.mesh.shape))
   model, model_cfg, tok = _load_policy(config, mesh)
   engine = Engine(model, mesh=mesh)
-  loss_cfg = losses.LossConfig(
-    eps_low=config.train.eps_low,
-    eps_high=config.train.eps_high,
-    tis_cap=config.train.tis_cap or None,
-    kl_coef=config.train.kl_coef,
-    aggregation=config.train.aggregation,
-    temperature=config.agent.temperature,
-  )
+  loss_cfg = spade_config.loss_config(config)
   opt_cfg = OptimizerConfig(
     learning_rate=config.train.learning_rate,
     b1=config.train.b1,
@@ -237,7 +229,16 @@ def train(config, workdir) -> dict:
       prompt_len=config.agent.device_prompt_len,
     )
   player = AgentPlayer(
-    engine, tok, rollout_config(config.agent), pool, s.plays, s.hint_plays, device=device
+    engine,
+    tok,
+    rollout_config(config.agent),
+    pool,
+    s.plays,
+    s.hint_plays,
+    device=device,
+    advantage=config.train.advantage,
+    dynamic_sampling=config.train.dynamic_sampling,
+    dynamic_rounds=config.train.dynamic_sampling_rounds,
   )
   reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
   loop = SpadeLoop(

@@ -38,19 +38,13 @@ def reference_loss(logp, old, roll, ref, ent, adv, mask, cfg: losses.LossConfig)
   ntok = mask.sum()
   pg, kl, en = np.zeros((Bn, Tn)), np.zeros((Bn, Tn)), np.zeros((Bn, Tn))
   for b in range(Bn):
-    length = mask[b].sum()
-    seq_ratio = math.exp(
-      sum(logp[b, t] - old[b, t] for t in range(Tn) if mask[b, t]) / max(length, 1.0)
-    )
     for t in range(Tn):
       if not mask[b, t]:
         continue
-      r = seq_ratio if cfg.gspo else math.exp(logp[b, t] - old[b, t])
+      r = math.exp(logp[b, t] - old[b, t])
       a = adv[b]
       clipped = min(max(r, 1 - cfg.eps_low), 1 + cfg.eps_high)
       loss = max(-a * r, -a * clipped)
-      if cfg.dual_clip is not None and a < 0:
-        loss = min(loss, -a * cfg.dual_clip)
       if cfg.tis_cap is not None:
         loss *= min(max(math.exp(old[b, t] - roll[b, t]), 0.0), cfg.tis_cap)
       pg[b, t] = loss
@@ -96,11 +90,8 @@ VARIANTS = [
     losses.AGGREGATIONS, (2.0, None), ((0.0, "k3"), (0.3, "k1"), (0.3, "k2"), (0.3, "k3"))
   )
 ] + [
-  dict(dual_clip=3.0),
-  dict(dual_clip=1.5, eps_low=0.1, eps_high=0.1),
+  dict(eps_low=0.1, eps_high=0.1),
   dict(entropy_coef=0.05),
-  dict(gspo=True),
-  dict(gspo=True, aggregation="token_mean"),
   dict(tis_cap=1.2),
   dict(aggregation="constant_norm", norm_constant=20),
 ]
@@ -155,20 +146,19 @@ def test_micro_batch_losses_sum_to_full_batch_loss():
 
 def test_ratio_one_gradient_is_plain_policy_gradient():
   """With logp_old = logp = logp_rollout nothing is clipped or reweighted: d loss / d logp is
-  -A * mask / (len * B) for the default aggregation (and likewise for GSPO)."""
+  -A * mask / (len * B) for the default aggregation (the SPADE update's case)."""
   logp, _, _, _, _, adv, mask = _batch(1)
   logp, adv, mask = (jnp.asarray(x, jnp.float32) for x in (logp, adv, mask))
   length = jnp.maximum(mask.sum(1, keepdims=True), 1.0)
   want = -adv[:, None] * mask / length / B
-  for gspo in (False, True):
-    cfg = losses.LossConfig(gspo=gspo)
+  cfg = losses.LossConfig()
 
-    def f(lp, cfg=cfg):
-      return losses.policy_loss(
-        lp, lp, jax.lax.stop_gradient(lp), adv, mask, cfg, global_batch=B, global_tokens=mask.sum()
-      )[0]
+  def f(lp):
+    return losses.policy_loss(
+      lp, lp, jax.lax.stop_gradient(lp), adv, mask, cfg, global_batch=B, global_tokens=mask.sum()
+    )[0]
 
-    np.testing.assert_allclose(jax.grad(f)(logp), want, atol=1e-7)
+  np.testing.assert_allclose(jax.grad(f)(logp), want, atol=1e-7)
 
 
 def test_masked_out_extreme_values_do_not_poison_loss_or_gradient():
@@ -191,8 +181,8 @@ def test_config_validation():
     losses.LossConfig(aggregation="mean")
   with pytest.raises(ValueError, match="kl_estimator"):
     losses.LossConfig(kl_estimator="k4")
-  with pytest.raises(ValueError, match="dual_clip"):
-    losses.LossConfig(dual_clip=0.5)
+  with pytest.raises(ValueError, match="norm_constant"):
+    losses.LossConfig(norm_constant=0)
   with pytest.raises(ValueError, match="needs reference"):
     cfg = losses.LossConfig(kl_coef=0.1)
     x = jnp.zeros((2, 3))

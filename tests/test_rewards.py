@@ -1,5 +1,6 @@
 """Designer reward variants, the shared tail (crash penalty, per-skill centring, scale), the LP
-trackers and agent advantages, each against hand-computed numbers, eagerly and under jit."""
+trackers and episode returns, each against hand-computed numbers, eagerly and under jit (agent
+advantages: tests/test_advantages.py)."""
 
 import functools
 
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spade_jax.rl.advantages import group_advantages
 from spade_jax.spade import rewards as R
 from spade_jax.spade.window import GameStats
 
@@ -158,44 +160,6 @@ def test_episode_returns_clamp_and_truncation():
   np.testing.assert_array_equal(r, [1.0, -1.0, 0.5, 0.0])
 
 
-def test_agent_advantages_hand_computed():
-  returns_GP = np.array([[1, 0, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0], [0.5, 1, 0.0, 0.0]], np.float32)
-  valid_GP = np.array([[True] * 4, [True] * 4, [True] * 4, [True, True, True, False]])
-  crashed_GP = np.zeros((4, 4), bool)
-  crashed_GP[3, 2] = True
-  adv, keep = jax.jit(R.agent_advantages)(returns_GP, valid_GP, crashed_GP)
-  s3 = np.sqrt(3.0)  # game 2: mean 0.25, std sqrt(0.1875)
-  np.testing.assert_allclose(
-    adv,
-    [[1, -1, 1, -1], [0, 0, 0, 0], [s3, -1 / s3, -1 / s3, -1 / s3], [-1, 1, 0, 0]],
-    rtol=1e-6,
-    atol=1e-6,
-  )
-  assert keep[3].tolist() == [True, True, False, False]  # crashed and pad plays dropped
-  assert np.all(np.asarray(adv)[1] == 0.0)  # zero variance -> exactly 0
-
-
-def test_agent_advantages_zero_variance_is_exact_despite_rounding():
-  # 0.1 * 3 / 3 != 0.1 in float32; a naive z-score would leak O(1) advantages here
-  returns_GP = np.array([[0.1, 0.1, 0.1], [0.7, 0.7, 0.0]], np.float32)
-  valid_GP = np.array([[True] * 3, [True, True, False]])
-  adv, _ = jax.jit(R.agent_advantages)(returns_GP, valid_GP)
-  assert np.all(np.asarray(adv) == 0.0)
-  single = R.agent_advantages(np.array([[0.3, 0.9]]), np.array([[True, False]]))[0]
-  assert np.all(np.asarray(single) == 0.0)
-
-
-def test_agent_advantages_match_rl_group_zscore():
-  adv_mod = pytest.importorskip("spade_jax.rl.advantages")
-  rng = np.random.default_rng(0)
-  returns_GP = rng.choice([0.0, 0.5, 1.0], size=(5, 6)).astype(np.float32)
-  valid_GP = rng.random((5, 6)) > 0.2
-  adv, keep = R.agent_advantages(returns_GP, valid_GP)
-  gid = np.repeat(np.arange(5), 6)
-  ref = jax.jit(adv_mod.group_zscore, static_argnums=3)(returns_GP.ravel(), gid, keep.ravel(), 5)
-  np.testing.assert_allclose(np.asarray(adv).ravel(), ref, atol=1e-5)
-
-
 def test_one_jitted_iteration_without_host_transfers():
   """Window recording, stats, designer rewards and agent advantages in one jitted function,
   with device-resident inputs and implicit transfers disallowed (as the on-device loop needs);
@@ -219,7 +183,7 @@ def test_one_jitted_iteration_without_host_transfers():
     for w in range(2):
       win = record_plays(win, w, plays_WGP[w], valid_WGP[w], jnp.zeros(3, bool))
     out = R.designer_rewards(window_stats(win), skill_G, valid_G, tracker, scale, cfg)
-    adv, keep = R.agent_advantages(plays_WGP[-1], valid_WGP[-1])
+    adv, keep = group_advantages(plays_WGP[-1], valid_WGP[-1])
     return out, adv, keep
 
   rng = np.random.default_rng(1)

@@ -47,15 +47,15 @@ def _batch(seed=0) -> tj.Trajectories:
     seq_len=T,
   )
   batch = tj.pad_batch(batch, B)
-  adv = advantages.compute_advantages(
-    jnp.asarray(batch.rewards_B),
-    batch.group_id_B,
-    batch.role_B,
-    batch.valid_B,
-    num_groups=3,
-    cfg=advantages.AdvantageConfig(designer="center"),
-  )
-  return batch.replace(advantages_B=np.array(adv))
+  adv_B = np.zeros(B, np.float32)  # designer: group-centred; agent: z-scored, per group
+  for role, mode in ((tj.ROLE_DESIGNER, "center"), (tj.ROLE_AGENT, "zscore")):
+    for g in range(3):
+      sel = np.flatnonzero(batch.valid_B & (batch.role_B == role) & (batch.group_id_B == g))
+      adv, _ = advantages.group_advantages(
+        batch.rewards_B[sel][None], np.ones((1, sel.size), bool), mode=mode
+      )
+      adv_B[sel] = np.asarray(adv)[0]
+  return batch.replace(advantages_B=adv_B)
 
 
 def _fresh_state(mesh=None):
@@ -300,7 +300,9 @@ def test_grpo_learns_digit_addition_from_scratch():
       tokens_BT=jnp.concatenate([prompt_BT, answer_B[:, None]], 1),
       loss_mask_BT=jnp.zeros((n, 6)).at[:, 5].set(1.0),
       rollout_logprobs_BT=jnp.zeros((n, 6)).at[:, 5].set(logp_B),
-      advantages_B=advantages.compute_advantages(reward_B, group_B, role_B, valid_B, 100),
+      advantages_B=advantages.group_advantages(
+        reward_B.reshape(-1, group), valid_B.reshape(-1, group)
+      )[0].reshape(-1),
       role_B=role_B,
       rewards_B=reward_B,
       group_id_B=group_B,

@@ -9,10 +9,10 @@ Symbols: B batch, T length, D embed, V vocab, C chunk length. Per token ``t`` of
   per batch, as in SPADE, it equals ``logp`` in value, so the ratio is 1 and clipping is inactive
   unless the batch is reused);
 * ``logp_rollout``: the sampler's recorded log-prob (see ``spade_jax.trajectories``);
-* ratio ``r = exp(logp - logp_old)`` (GSPO: the sequence ratio ``exp(mean_t(logp - logp_old))``
-  in its token form ``sg(r_seq) * exp(logp - sg(logp))``);
-* PPO-clip: ``pg = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``; dual clip (``c > 1``) for
-  ``A < 0``: ``pg = min(pg, -A c)``;
+* ratio ``r = exp(logp - logp_old)``;
+* PPO-clip: ``pg = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))`` (inactive in the SPADE
+  update, where ``r = 1``; GSPO's sequence ratio and PPO's dual clip, which also act only when
+  ``r != 1``, are therefore not offered);
 * TIS weight ``w = clamp(exp(logp_old - logp_rollout), 0, tis_cap)`` (stop-gradient), ``pg *= w``:
   corrects sampler/trainer mismatch and staleness of delayed designer samples;
 * KL to the reference policy, ``d = logp - logp_ref``: k1 ``d``; k2 ``d^2 / 2``; k3
@@ -42,7 +42,6 @@ class LossConfig:
   """Policy-loss options; defaults are the SPADE recipe (SPADE_METHOD.md, "Update").
 
   eps_low, eps_high: asymmetric PPO clip range ``[1 - eps_low, 1 + eps_high]`` of the ratio.
-  dual_clip:     ``c > 1`` caps the loss of negative-advantage tokens at ``-A c``; None = off.
   tis_cap:       upper clamp of the truncated importance weight; None disables TIS (w = 1).
   kl_coef:       coefficient of the KL-to-reference term; 0 means no reference forward at all.
   kl_estimator:  ``k1``, ``k2`` or ``k3`` (low-variance, clamped to [-10, 10]).
@@ -53,7 +52,6 @@ class LossConfig:
                  token sum / global batch), ``constant_norm`` (Dr.GRPO: token sum / (global
                  batch * norm_constant)).
   norm_constant: the per-sample token budget of ``constant_norm``; None = the batch length T.
-  gspo:          use the sequence-level ratio (GSPO) instead of per-token ratios.
   temperature:   the sampling temperature: log-probs are ``log_softmax(logits / temperature)``,
                  matching what the sampler recorded.
   logprob_chunk: sequence positions per chunk of the chunked log-softmax (memory per chunk is
@@ -62,14 +60,12 @@ class LossConfig:
 
   eps_low: float = 0.2
   eps_high: float = 0.28
-  dual_clip: float | None = None
   tis_cap: float | None = 2.0
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
   entropy_coef: float = 0.0
   aggregation: str = "seq_mean_token_mean"
   norm_constant: int | None = None
-  gspo: bool = False
   temperature: float = 1.0
   logprob_chunk: int = 256
 
@@ -78,8 +74,8 @@ class LossConfig:
       raise ValueError(f"aggregation={self.aggregation!r}; expected one of {AGGREGATIONS}")
     if self.kl_estimator not in KL_ESTIMATORS:
       raise ValueError(f"kl_estimator={self.kl_estimator!r}; expected one of {KL_ESTIMATORS}")
-    if self.dual_clip is not None and self.dual_clip <= 1.0:
-      raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
+    if self.norm_constant is not None and self.norm_constant < 1:
+      raise ValueError(f"norm_constant must be >= 1 (or None), got {self.norm_constant}")
     if self.temperature <= 0:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
     if self.logprob_chunk < 1:
@@ -212,24 +208,11 @@ def policy_loss(
   m_BT = mask_BT.astype(_F32)
   adv_BT = advantages_B.astype(_F32)[:, None]
   old_BT = jax.lax.stop_gradient(old_logp_BT)
-  delta_BT = jnp.where(on_BT, logp_BT - old_BT, 0.0)
-  if cfg.gspo:
-    len_B = jnp.maximum(jnp.sum(m_BT, axis=1), 1.0)
-    seq_log_ratio_B = jnp.sum(delta_BT * m_BT, axis=1) / len_B
-    token_part_BT = delta_BT - jax.lax.stop_gradient(delta_BT)
-    log_ratio_BT = jax.lax.stop_gradient(seq_log_ratio_B)[:, None] + token_part_BT
-  else:
-    log_ratio_BT = delta_BT
-  ratio_BT = jnp.exp(log_ratio_BT)
+  ratio_BT = jnp.exp(jnp.where(on_BT, logp_BT - old_BT, 0.0))
   pg1_BT = -adv_BT * ratio_BT
   pg2_BT = -adv_BT * jnp.clip(ratio_BT, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
   pg_BT = jnp.maximum(pg1_BT, pg2_BT)
   clipped_BT = pg2_BT > pg1_BT
-  if cfg.dual_clip is not None:
-    pg3_BT = -adv_BT * cfg.dual_clip
-    dual_BT = (adv_BT < 0) & (pg3_BT < pg_BT)
-    pg_BT = jnp.where(adv_BT < 0, jnp.minimum(pg_BT, pg3_BT), pg_BT)
-    clipped_BT = clipped_BT | dual_BT
 
   log_w_BT = jnp.where(on_BT, old_BT - rollout_logp_BT, 0.0)
   if cfg.tis_cap is not None:

@@ -11,6 +11,13 @@ host loop with sandboxed Python. Both paths return the same `EpisodeResult`, mer
 episode order. An environment failure (a sandbox error, or an interpreter fault on device)
 scores 0 and drops the episode from the agent batch; it penalises the designer unless it was
 collateral (another env killed the shared worker).
+
+Advantages are per game (`rl.advantages.group_advantages`, mode ``advantage``). With
+``dynamic_sampling`` (DAPO), games whose kept returns all agree (advantage 0) are dropped from the
+agent batch, which is refilled with further rounds of unhinted plays of the whole pool on fresh
+seeds until it holds one informative group per valid game, or ``dynamic_rounds`` rounds (the
+first included) have been played. Only the first round's plays enter the metrics, the transcripts
+and the designer's replay window: the extra rounds feed the agent batch alone.
 """
 
 from __future__ import annotations
@@ -25,9 +32,10 @@ from spade_jax.engine.generate import Engine
 from spade_jax.envs.ir.program import ProgramError
 from spade_jax.envs.ir.text import TemplateError
 from spade_jax.envs.sandbox.pool import EnvError, SandboxPool
+from spade_jax.rl import advantages
 from spade_jax.rollout import host as host_rollout
 from spade_jax.rollout.chat import ChatFraming
-from spade_jax.spade import prompts, rewards
+from spade_jax.spade import prompts
 from spade_jax.spade.designer import GameEnv, derive_seed
 from spade_jax.tokenizer import Tokenizer
 
@@ -71,13 +79,25 @@ class AgentPlayer:
     plays: int,
     hint_plays: int,
     device=None,
+    *,
+    advantage: str = "zscore",
+    dynamic_sampling: bool = False,
+    dynamic_rounds: int = 3,
   ):
-    """``device``: an `envs.rollout.DeviceRollout` for translated games (None: all on host)."""
+    """``device``: an `envs.rollout.DeviceRollout` for translated games (None: all on host).
+    ``advantage``: `rl.advantages.MODES`; ``dynamic_sampling``, ``dynamic_rounds``: DAPO's
+    filter and refill (module docstring)."""
     if hint_plays > plays:
       raise ValueError(
         f"hint_plays={hint_plays} > plays={plays}: hinted plays reuse the seeds "
         "of the first unhinted plays"
       )
+    if advantage not in advantages.MODES:
+      raise ValueError(f"advantage={advantage!r}; expected one of {advantages.MODES}")
+    if dynamic_rounds < 1:
+      raise ValueError(f"dynamic_rounds must be >= 1, got {dynamic_rounds}")
+    self.advantage = advantage
+    self.dynamic_sampling, self.dynamic_rounds = dynamic_sampling, dynamic_rounds
     self.engine, self.tok, self.rollout, self.pool = engine, tok, rollout, pool
     self.plays, self.hint_plays, self.device = plays, hint_plays, device
     self.framing = ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM)
@@ -120,7 +140,7 @@ class AgentPlayer:
     crashed_GP = np.zeros((G, P), bool)
     turns_GP = np.zeros((G, P), np.int32)
     hint = (np.zeros((G, H), np.float32), np.zeros((G, H), bool), np.zeros((G, H), bool))
-    agent_batch, transcripts, solved_hint = None, [], []
+    agent_batch, transcripts, solved_hint, ds_metrics = None, [], [], {}
     if episodes:
       res = self._run(episodes, seeds, derive_seed(seed, step, 7), params)
       kept = []
@@ -146,19 +166,24 @@ class AgentPlayer:
             "messages": res.transcripts[i],
           }
         )
-      adv_GP, keep_GP = rewards.agent_advantages(returns_GP, valid_GP, crashed_GP)
-      adv_GP = np.asarray(adv_GP)
-      if kept:
-        idx = [i for i in kept if keep_GP[episodes[i][0], episodes[i][1]]]
+      adv_GP, keep_GP = advantages.group_advantages(
+        returns_GP, valid_GP, crashed_GP, mode=self.advantage
+      )
+      groups = _groups(res, episodes, kept, np.asarray(adv_GP), np.asarray(keep_GP), 0)
+      if self.dynamic_sampling:
+        informative_G = np.asarray(advantages.informative_groups(returns_GP, keep_GP))
+        groups, ds_metrics = self._refill(groups, informative_G, step, seed, params)
+      rows = [row for group in groups.values() for row in group]
+      if rows:
         agent_batch = trajectories.from_sequences(
-          [res.tokens[i] for i in idx],
-          [res.loss_mask[i] for i in idx],
-          [res.logprobs[i] for i in idx],
+          [r["tokens"] for r in rows],
+          [r["mask"] for r in rows],
+          [r["logprobs"] for r in rows],
           role=trajectories.ROLE_AGENT,
-          rewards=[res.reward[i] for i in idx],
-          advantages=[adv_GP[episodes[i][0], episodes[i][1]] for i in idx],
-          group_id=[episodes[i][0] for i in idx],
-          turns=[res.turns[i] for i in idx],
+          rewards=[r["reward"] for r in rows],
+          advantages=[r["advantage"] for r in rows],
+          group_id=[r["group"] for r in rows],
+          turns=[r["turns"] for r in rows],
         )
     crashed_G = crashed_GP.any(1) | hint[2].any(1)
     n_valid = max(int(valid_GP.sum()), 1)
@@ -173,6 +198,7 @@ class AgentPlayer:
     }
     if with_hints:
       metrics["agent/solve_rate_hint"] = float(np.mean(solved_hint)) if solved_hint else 0.0
+    metrics.update(ds_metrics)
     return PoolPlays(
       returns_GP,
       valid_GP,
@@ -186,6 +212,44 @@ class AgentPlayer:
       metrics,
       transcripts,
     )
+
+  def _refill(self, groups: dict, informative_G, step: int, seed: int, params) -> tuple:
+    """DAPO dynamic sampling: keeps the informative groups of the first round, then plays
+    further rounds of the whole pool (fresh seeds, no hints) until there is one informative
+    group per valid game or ``dynamic_rounds`` rounds are played; the batch takes the first
+    such groups (round by round, game by game). Group ids are ``round * G + game``."""
+    G, P = len(self.games), self.plays
+    valid = [g for g, game in enumerate(self.games) if game is not None]
+    target = len(valid)
+    chosen = [group for g, group in groups.items() if informative_G[g]]
+    dropped = int(sum(not informative_G[g] for g in valid))
+    rounds = 1
+    while len(chosen) < target and rounds < self.dynamic_rounds:
+      episodes = [(g, p, False) for g in valid for p in range(P)]
+      seeds = [derive_seed(seed, step, g, p, rounds) for g, p, _ in episodes]
+      res = self._run(episodes, seeds, derive_seed(seed, step, 7, rounds), params)
+      returns_GP = np.zeros((G, P), np.float32)
+      valid_GP = np.zeros((G, P), bool)
+      crashed_GP = np.zeros((G, P), bool)
+      for i, (g, p, _) in enumerate(episodes):
+        returns_GP[g, p], valid_GP[g, p] = res.reward[i], not res.crashed[i]
+        crashed_GP[g, p] = res.crashed[i] and not res.collateral[i]
+      adv_GP, keep_GP = advantages.group_advantages(
+        returns_GP, valid_GP, crashed_GP, mode=self.advantage
+      )
+      kept = [i for i in range(len(episodes)) if not res.crashed[i]]
+      more = _groups(res, episodes, kept, np.asarray(adv_GP), np.asarray(keep_GP), rounds * G)
+      new_G = np.asarray(advantages.informative_groups(returns_GP, keep_GP))
+      chosen += [group for g, group in more.items() if new_G[g]]
+      dropped += int(sum(not new_G[g] for g in valid))
+      rounds += 1
+    chosen = chosen[:target]
+    metrics = {
+      "agent/dynamic_rounds": float(rounds),
+      "agent/dynamic_dropped_groups": float(dropped),
+      "agent/dynamic_groups": float(len(chosen)),
+    }
+    return {k: group for k, group in enumerate(chosen)}, metrics
 
   def _run(self, episodes, seeds, sample_seed: int, params) -> host_rollout.EpisodeResult:
     """Plays ``episodes`` ``(game, play, hinted)``: on device where the game's program is
@@ -225,6 +289,27 @@ class AgentPlayer:
       )
       parts.append((dev, out.episodes(self.tok, self.framing)))
     return _merge(len(episodes), parts)
+
+
+def _groups(res, episodes, kept, adv_GP, keep_GP, group_offset: int) -> dict[int, list[dict]]:
+  """The agent-batch rows of kept unhinted episodes, by game (episode order within a game)."""
+  out: dict[int, list[dict]] = {}
+  for i in kept:
+    g, p, hinted = episodes[i]
+    if hinted or not keep_GP[g, p]:
+      continue
+    out.setdefault(g, []).append(
+      {
+        "tokens": res.tokens[i],
+        "mask": res.loss_mask[i],
+        "logprobs": res.logprobs[i],
+        "reward": res.reward[i],
+        "advantage": adv_GP[g, p],
+        "group": group_offset + g,
+        "turns": res.turns[i],
+      }
+    )
+  return out
 
 
 def _merge(n: int, parts) -> host_rollout.EpisodeResult:

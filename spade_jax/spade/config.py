@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from spade_jax.rl import advantages, losses
 from spade_jax.spade.heldout import DEFAULT_TASKS, TASK_BUCKET
 from spade_jax.spade.rewards import VARIANTS
 
@@ -85,6 +86,17 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.tis_cap = 2.0
   c.train.kl_coef = 0.0
   c.train.aggregation = "seq_mean_token_mean"
+  c.train.norm_constant = 0  # constant_norm's per-sample token budget (0: the batch's length)
+  c.train.entropy_coef = 0.0  # entropy bonus coefficient (0: none)
+  c.train.kl_estimator = "k3"  # KL-to-reference estimator k1 / k2 / k3 (used when kl_coef > 0)
+  c.train.logprob_chunk = 256  # positions per chunk of the chunked log-softmax (memory knob)
+  # the agent's advantages (rl.advantages): zscore (GRPO) or center (Dr.GRPO, no std division)
+  c.train.advantage = "zscore"
+  # DAPO dynamic sampling: drop the agent's groups whose returns all agree (advantage 0) and
+  # refill the batch from further rounds of plays of the pool (fresh seeds), at most
+  # `dynamic_sampling_rounds` rounds per step, the first included (spade.agent.AgentPlayer)
+  c.train.dynamic_sampling = False
+  c.train.dynamic_sampling_rounds = 3
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every = 0  # 0: only at the end
@@ -154,6 +166,12 @@ def check_config(c: ml_collections.ConfigDict) -> None:
       "agent.device_prompt_len above 512 must be a multiple of 512",
     )
   need(c.train.global_batch > 0, "train.global_batch must be positive")
+  for problem in loss_problems(c.train):
+    need(False, problem)
+  need(
+    c.train.dynamic_sampling_rounds >= 1,
+    f"train.dynamic_sampling_rounds must be >= 1, got {c.train.dynamic_sampling_rounds}",
+  )
   need(
     c.train.global_batch % c.train.micro_batches == 0,
     "train.global_batch must be divisible by train.micro_batches",
@@ -165,6 +183,40 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(
     len(c.mesh.shape) == 3,
     f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",
+  )
+
+
+def loss_problems(train) -> list[str]:
+  """One line per invalid loss or advantage key of a ``train`` section."""
+  out = []
+  if train.advantage not in advantages.MODES:
+    out.append(f"train.advantage={train.advantage!r}; expected one of {advantages.MODES}")
+  if train.kl_estimator not in losses.KL_ESTIMATORS:
+    out.append(f"train.kl_estimator={train.kl_estimator!r}; expected one of {losses.KL_ESTIMATORS}")
+  if train.aggregation not in losses.AGGREGATIONS:
+    out.append(f"train.aggregation={train.aggregation!r}; expected one of {losses.AGGREGATIONS}")
+  if train.norm_constant < 0:
+    out.append(f"train.norm_constant must be >= 0 (0: the batch length), got {train.norm_constant}")
+  if train.logprob_chunk < 1:
+    out.append(f"train.logprob_chunk must be >= 1, got {train.logprob_chunk}")
+  return out
+
+
+def loss_config(c) -> losses.LossConfig:
+  """The policy loss of a config (base or tiny): its ``train`` keys, sampled at the agent's
+  temperature (the trainer recomputes log-probs at the sampling temperature)."""
+  t = c.train
+  return losses.LossConfig(
+    eps_low=t.eps_low,
+    eps_high=t.eps_high,
+    tis_cap=t.tis_cap or None,
+    kl_coef=t.kl_coef,
+    kl_estimator=t.kl_estimator,
+    entropy_coef=t.entropy_coef,
+    aggregation=t.aggregation,
+    norm_constant=t.norm_constant or None,
+    temperature=c.agent.temperature,
+    logprob_chunk=t.logprob_chunk,
   )
 
 

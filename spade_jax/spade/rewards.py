@@ -1,4 +1,4 @@
-"""Designer rewards (regret and its alternatives), the shared reward tail, and agent advantages.
+"""Designer rewards (regret and its alternatives), the shared reward tail, and agent returns.
 
 Designer reward of game ``g`` (one validated environment of the pool), from the statistics of
 its replay window (:mod:`spade_jax.spade.window`), by variant:
@@ -20,8 +20,8 @@ reward of the valid games of the same skill, no std division), then multiply by
 part in the skill means.
 
 Agent: episode return = terminal reward clamped to ``[-1, 1]`` if the episode terminated, else
-0; advantages are per-game GRPO z-scores ``(r - mean) / (std + 1e-8)`` with the population std
-over that game's kept plays; a zero-variance game gets 0; crashed episodes are dropped.
+0. The agent's advantages (per-game GRPO z-scores or Dr.GRPO centring) are estimated in
+:mod:`spade_jax.rl.advantages`, the one advantage module of both loops.
 
 The numeric core is pure ``jax.numpy`` over fixed shapes with masks (jittable, no host sync), so
 the Python-environment loop and the fully on-device loop call the same functions.
@@ -272,26 +272,3 @@ def episode_returns(terminal_reward_GP, terminated_GP):
   terminated, else 0 (truncated episodes earn nothing)."""
   r = jnp.clip(jnp.asarray(terminal_reward_GP, _F32), -1.0, 1.0)
   return jnp.where(jnp.asarray(terminated_GP, bool), r, 0.0)
-
-
-def agent_advantages(returns_GP, valid_GP, crashed_GP=None, eps: float = 1e-8):
-  """Per-game GRPO advantages ``[G, P]`` and the mask of plays kept in the agent batch.
-
-  Kept plays: valid and not crashed (a crashed environment is the designer's fault; its
-  episodes are dropped). Advantage ``(r - mean) / (std + eps)`` over each game's kept plays,
-  population std; a game whose kept returns are all equal (including a single kept play) gets
-  exactly 0; dropped plays get 0.
-  """
-  keep_GP = jnp.asarray(valid_GP, bool)
-  if crashed_GP is not None:
-    keep_GP = keep_GP & ~jnp.asarray(crashed_GP, bool)
-  r_GP = jnp.asarray(returns_GP, _F32)
-  w_GP = keep_GP.astype(_F32)
-  n_G = jnp.maximum(jnp.sum(w_GP, axis=-1, keepdims=True), 1.0)
-  mean_G = jnp.sum(r_GP * w_GP, axis=-1, keepdims=True) / n_G
-  var_G = jnp.sum(jnp.square(r_GP - mean_G) * w_GP, axis=-1, keepdims=True) / n_G
-  hi_G = jnp.max(jnp.where(keep_GP, r_GP, -jnp.inf), axis=-1, keepdims=True)
-  lo_G = jnp.min(jnp.where(keep_GP, r_GP, jnp.inf), axis=-1, keepdims=True)
-  flat_G = hi_G <= lo_G  # exact: no rounding in the mean can leak a tiny non-zero advantage
-  adv_GP = (r_GP - mean_G) / (jnp.sqrt(var_G) + eps)
-  return jnp.where(keep_GP & ~flat_G, adv_GP, 0.0), keep_GP

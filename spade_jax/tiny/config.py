@@ -15,6 +15,7 @@ import ml_collections
 
 from spade_jax.rl.optimizer import SCHEDULES
 from spade_jax.spade import rewards
+from spade_jax.spade.config import loss_problems
 from spade_jax.tiny.language import HINTS
 
 
@@ -98,8 +99,13 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.train.eps_high = 0.28
   c.train.tis_cap = 2.0
   c.train.aggregation = "seq_mean_token_mean"
+  c.train.norm_constant = 0  # constant_norm's per-sample token budget (0: the batch's length)
   c.train.entropy_coef = 0.0
-  c.train.kl_coef = 0.0  # KL (k3) to the warm-started policy; 0: no reference forward
+  c.train.kl_coef = 0.0  # KL to the warm-started policy; 0: no reference forward
+  c.train.kl_estimator = "k3"  # k1 / k2 / k3 (used when kl_coef > 0)
+  c.train.logprob_chunk = 256  # positions per chunk of the chunked log-softmax (memory knob)
+  # the agent's advantages (rl.advantages): zscore (GRPO) or center (Dr.GRPO, no std division)
+  c.train.advantage = "zscore"
 
   c.warm_start = ml_collections.ConfigDict()  # supervised phase standing in for pretraining
   c.warm_start.steps = 600  # 0: start from random weights
@@ -157,6 +163,7 @@ def check_tiny_config(c) -> None:
   need(c.designer.feasibility_seeds >= 0, "designer.feasibility_seeds must be >= 0")
   need(c.train.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
   need(c.train.kl_coef >= 0, "train.kl_coef must be >= 0")
+  problems.extend(loss_problems(c.train))
   if problems:
     raise ValueError("; ".join(problems))
 

@@ -23,7 +23,7 @@
 * **replay step** (``regen=False``): only unhinted plays of the current pool, recorded at
   offset ``step % regen_interval`` of its window.
 
-Then per-game GRPO advantages for the agent (`rewards.agent_advantages`), one mixed batch
+Then per-game advantages for the agent (`rl.advantages.group_advantages`), one mixed batch
 (``G`` designer rows of the designer's length, when the step trains the designer, and ``G * P``
 agent rows of the episode length, as two `Trajectories` segments so neither is padded to the
 other's length) and one GRPO step (`rl.update.train_step`). The iteration returns the new
@@ -56,7 +56,7 @@ from spade_jax.engine.decode import prefill, run_loop
 from spade_jax.engine.sampling import SamplingParams
 from spade_jax.envs.ir.parse import ParseTables
 from spade_jax.envs.ir.program import MODE_IMM, OPCODE, EnvProgram
-from spade_jax.rl import losses
+from spade_jax.rl import advantages, losses
 from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
 from spade_jax.rl.train_state import TrainState
 from spade_jax.rl.update import train_step
@@ -107,6 +107,7 @@ class TinySpec:
   attempts: int = 1  # designer samples per game; the first valid one fills the slot
   fallback: bool = True  # slots with no valid attempt replay a game (never credited)
   reference_plays: int = 0  # plays of each new pool by the frozen reference policy (0: none)
+  advantage: str = "zscore"  # the agent's advantages: `rl.advantages.MODES`
 
   @property
   def design_len(self) -> int:
@@ -531,7 +532,7 @@ def _iterate(
   carry = carry.replace(window=window)
 
   # 4. agent advantages and the update
-  adv_GP, keep_GP = rewards.agent_advantages(ret_GP, valid_GP, crashed_GP)
+  adv_GP, keep_GP = advantages.group_advantages(ret_GP, valid_GP, crashed_GP, mode=spec.advantage)
   agent_rows = _trajectories(
     res.tokens_BT[: G * P],
     res.loss_mask_BT[: G * P].astype(_F32),

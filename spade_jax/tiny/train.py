@@ -25,12 +25,12 @@ from spade_jax import checkpoint, metrics
 from spade_jax.envs.ir.parse import make_parse_tables
 from spade_jax.envs.ir.program import stack_programs
 from spade_jax.models import Transformer, TransformerConfig
-from spade_jax.rl import losses
 from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
 from spade_jax.rl.train_state import abstract_state, create_train_state
 from spade_jax.rollout.chat import ChatFraming
 from spade_jax.rollout.types import RolloutSpec
 from spade_jax.spade import plots, rewards, skills
+from spade_jax.spade.config import loss_config
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import NUM_SKILLS
 from spade_jax.tiny import compile_ahead, iteration
@@ -102,15 +102,7 @@ class TinySetup:
       regen_interval=s.regen_interval,
       prompt_len=c.designer.prompt_len,
       reward=reward,
-      loss=losses.LossConfig(
-        eps_low=c.train.eps_low,
-        eps_high=c.train.eps_high,
-        tis_cap=c.train.tis_cap or None,
-        aggregation=c.train.aggregation,
-        entropy_coef=c.train.entropy_coef,
-        kl_coef=c.train.kl_coef,
-        temperature=c.agent.temperature,
-      ),
+      loss=loss_config(c),
       opt=self.opt_cfg,
       temperature=c.agent.temperature,
       top_p=c.agent.top_p,
@@ -121,6 +113,7 @@ class TinySetup:
       attempts=c.designer.attempts,
       fallback=c.designer.fallback,
       reference_plays=c.designer.reference_plays,
+      advantage=c.train.advantage,
       reward_scale=rewards.reward_scale(
         s.num_games * s.plays, s.num_games, s.regen_interval, s.reward_scale_cap
       ),
