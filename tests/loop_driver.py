@@ -10,6 +10,10 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from spade_jax import xla_cpu  # noqa: E402
+
+xla_cpu.pin_isa()  # as in conftest: the in-process run it is compared with is capped
+
 import pytest  # noqa: E402
 import test_loop  # noqa: E402
 
