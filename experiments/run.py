@@ -5,6 +5,10 @@
 
 Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
 config key, wrong type, missing file) prints one line and exits with status 2.
+
+The config's ``front_end`` picks the loop: ``"tiny"`` (experiments/configs/tiny.py) runs
+`spade_jax.tiny.train.train_tiny`, anything else the Python-environment loop
+`spade_jax.train.train`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,35 @@ flags.DEFINE_string("workdir", None, "output directory (checkpoints, metrics, en
 def _fail(msg: str) -> None:
   print(f"error: {msg}", file=sys.stderr)
   sys.exit(2)
+
+
+def is_tiny(config) -> bool:
+  """The tiny on-device front end (`spade_jax.tiny`) instead of the Python-environment loop."""
+  return config.get("front_end", "python") == "tiny"
+
+
+def check_config(config) -> None:
+  """Raises ValueError on a config the selected front end cannot run."""
+  if is_tiny(config):
+    from spade_jax.tiny.config import typed_config
+
+    typed_config(config)  # the checks of check_tiny_config, then its keys and types
+  else:
+    from spade_jax import train as python_train
+
+    python_train.check_config(config)
+
+
+def train(config, workdir) -> dict:
+  """Runs (or resumes) ``config`` in ``workdir`` with its front end's loop; returns the last
+  logged metrics. Bad input raises `spade_jax.runner.UserError`."""
+  if is_tiny(config):
+    from spade_jax.tiny.train import train_tiny
+
+    return train_tiny(config, workdir)
+  from spade_jax import train as python_train
+
+  return python_train.train(config, workdir)
 
 
 def main(argv: list[str]) -> int:
@@ -56,15 +89,15 @@ def main(argv: list[str]) -> int:
   if not FLAGS.workdir:
     _fail("--workdir is required")
 
-  from spade_jax import train  # imported late: flag errors should not wait for jax
+  from spade_jax.runner import UserError  # imported late: flag errors should not wait for jax
 
   try:
-    train.check_config(config)
+    check_config(config)
   except (ValueError, KeyError, TypeError) as e:
     _fail(str(e))
   try:
-    train.train(config, FLAGS.workdir)
-  except train.UserError as e:
+    train(config, FLAGS.workdir)
+  except UserError as e:
     _fail(str(e))
   return 0
 

@@ -17,61 +17,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax import checkpoint, metrics, sharding
+from spade_jax import metrics, runner, sharding
+from spade_jax.runner import UserError
 from spade_jax.spade import config as spade_config
 from spade_jax.spade.config import base_config  # noqa: F401 (re-exported)
 
 
-def is_tiny(config) -> bool:
-  """The tiny on-device front end (`spade_jax.tiny`) instead of the Python-environment loop."""
-  return config.get("front_end", "python") == "tiny"
-
-
 def check_config(config) -> None:
-  """Raises ValueError on a config the selected front end cannot run."""
-  if is_tiny(config):
-    from spade_jax.tiny.config import check_tiny_config
-
-    check_tiny_config(config)
-  else:
-    spade_config.check_config(config)
-
-
-class UserError(Exception):
-  """A problem with the user's input (paths, checkpoints, config): one line, exit 2."""
-
-
-# Config fields that may change between a run and its resumption.
-_RESUMABLE_CHANGES = (
-  "steps",
-  "compile_ahead",
-  "checkpoint_every",
-  "keep_checkpoints",
-  "plot_every",
-  "progress",
-  "eval",
-  "transcripts_per_step",
-  "wandb_project",
-)
-
-
-def _config_json(config) -> dict:
-  return json.loads(config.to_json_best_effort())
-
-
-def _check_resume_config(workdir: Path, config) -> None:
-  path = workdir / "config.json"
-  new = _config_json(config)
-  if path.exists():
-    old = json.loads(path.read_text())
-    diff = sorted(
-      k for k in set(old) | set(new) if k not in _RESUMABLE_CHANGES and old.get(k) != new.get(k)
+  """Raises ValueError on a config this loop cannot run (the tiny front end's configs run in
+  `spade_jax.tiny.train.train_tiny`; `experiments/run.py` picks the loop)."""
+  front_end = config.get("front_end", "python")
+  if front_end != "python":
+    raise ValueError(
+      f"front_end={front_end!r}: spade_jax.train runs the Python-environment loop only "
+      "(the tiny front end: spade_jax.tiny.train.train_tiny, or experiments/run.py)"
     )
-    if diff:
-      raise UserError(
-        f"{workdir} holds a run with a different config (fields {diff}); use a new --workdir"
-      )
-  path.write_text(json.dumps(new, indent=2))
+  spade_config.check_config(config)
 
 
 def _load_policy(config, mesh):
@@ -127,35 +88,31 @@ def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
 
 def train(config, workdir) -> dict:
   """Runs (or resumes) the experiment in ``workdir``; returns the last logged metrics."""
-  if is_tiny(config):
-    from spade_jax.tiny.train import train_tiny
+  try:
+    check_config(config)
+  except ValueError as e:
+    raise UserError(str(e)) from e
+  with runner.Run(config, workdir, ("envs", "plots", "eval", "transcripts")) as run:
+    return _train(config, run)
 
-    return train_tiny(config, workdir)
+
+def _train(config, run: runner.Run) -> dict:
   from spade_jax.engine.generate import Engine
   from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
   from spade_jax.envs.sandbox.validate import ValidatorConfig
   from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
-  from spade_jax.rl.train_state import abstract_state, create_train_state
+  from spade_jax.rl.train_state import create_train_state
   from spade_jax.rl.update import make_update
   from spade_jax.rollout.chat import ChatFraming
   from spade_jax.spade import corpus as corpus_lib
-  from spade_jax.spade import plots, prompts, rewards, skills
+  from spade_jax.spade import prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
   from spade_jax.spade.designer import Designer, DesignerConfig
   from spade_jax.spade.heldout import HeldoutConfig, HeldoutSet
   from spade_jax.spade.loop import LoopConfig, SpadeLoop
   from spade_jax.spade.memory import EnvMemory
 
-  try:
-    check_config(config)
-  except ValueError as e:
-    raise UserError(str(e)) from e
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  _check_resume_config(workdir, config)
-  for sub in ("envs", "plots", "eval", "transcripts"):
-    (workdir / sub).mkdir(exist_ok=True)
-
+  workdir = run.workdir
   s = config.spade
   corpus = None
   if s.corpus != "none":
@@ -193,6 +150,7 @@ def train(config, workdir) -> dict:
     call_timeout=config.sandbox.call_timeout, load_timeout=config.sandbox.load_timeout
   )
   pool = SandboxPool(num_workers=config.sandbox.workers, config=sandbox_cfg)
+  run.on_close(pool.close)
   validator = ValidatorConfig(
     seeds=tuple(range(config.sandbox.validation_seeds)),
     total_timeout=config.sandbox.validation_timeout,
@@ -261,19 +219,10 @@ def train(config, workdir) -> dict:
     corpus,
   )
 
-  ckpt = checkpoint.Checkpointer(
-    workdir / "checkpoints", max_to_keep=config.keep_checkpoints, model_config=model_cfg
-  )
-  start = 0
-  latest = ckpt.latest_step()
-  if latest is not None:
-    try:
-      state, host = ckpt.restore(abstract_state(state), latest)
-    except checkpoint.CheckpointError as e:
-      raise UserError(f"checkpoint: {e}") from e
+  run.open_checkpoints(model_cfg)
+  start, state, host = run.restore(state)
+  if host is not None:
     loop.load_host_state(host["loop"])
-    start = int(host["next_step"])
-  _truncate_metrics(workdir / "metrics.jsonl", start)
 
   heldout = None
   tasks = tuple(t for t in config.eval.tasks.split(",") if t)
@@ -285,66 +234,38 @@ def train(config, workdir) -> dict:
     engine, tok, lambda: state.params, config.eval.max_new_tokens, config.agent.max_context
   )
 
-  writer = metrics.MetricsWriter(
-    workdir, wandb_project=config.wandb_project or None, wandb_config=_config_json(config)
-  )
-  bar = metrics.ProgressBar(
-    config.steps,
-    initial=start,
-    enabled=config.progress,
-    keys=("agent/solve_rate", "designer/regret_mean", "train/loss"),
-  )
+  run.open_metrics(wandb_project=config.wandb_project or None)
+  run.open_progress(("agent/solve_rate", "designer/regret_mean", "train/loss"))
   last: dict = {}
   params_n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-  try:
-    for step in range(start, config.steps):
-      t0 = time.perf_counter()
-      final = step == config.steps - 1
-      state, device_m, host_m, transcripts = loop.step(step, state, final=final)
-      row = dict(host_m)
-      row.update(metrics.to_host(device_m))
-      dt = time.perf_counter() - t0
-      row["perf/step_s"] = dt
-      tokens = row.get("train/batch_loss_tokens", 0.0)
-      row["perf/tokens_per_s"] = tokens / dt
-      row["perf/train_flops_per_step"] = 6.0 * params_n * tokens
-      if heldout is not None and (
-        (config.eval.every and (step + 1) % config.eval.every == 0)
-        or (final and config.eval.at_end)
-      ):
-        t = time.perf_counter()
-        row.update(heldout.evaluate(respond, workdir / "eval" / f"step{step + 1:06d}.jsonl"))
-        row["perf/eval_s"] = time.perf_counter() - t
-      writer.write(step, row)
-      _write_transcripts(
-        workdir / "transcripts" / f"step{step:06d}.jsonl", transcripts, config.transcripts_per_step
-      )
-      if (step + 1) % config.checkpoint_every == 0 or final:
-        ckpt.save(step + 1, state, {"next_step": step + 1, "loop": loop.host_state()})
-      if final or (config.plot_every and (step + 1) % config.plot_every == 0):
-        writer.flush()
-        plots.write_plots(metrics.read_metrics(workdir / "metrics.jsonl"), workdir / "plots")
-      bar.update(1, row)
-      last = row
-  finally:
-    bar.close()
-    writer.close()
-    ckpt.wait_until_finished()
-    ckpt.close()
-    pool.close()
-  if start >= config.steps:  # already complete: make sure the plots exist
-    plots.write_plots(metrics.read_metrics(workdir / "metrics.jsonl"), workdir / "plots")
+  for step in range(start, config.steps):
+    t0 = time.perf_counter()
+    final = run.is_final(step)
+    state, device_m, host_m, transcripts = loop.step(step, state, final=final)
+    row = dict(host_m)
+    row.update(metrics.to_host(device_m))
+    dt = time.perf_counter() - t0
+    row["perf/step_s"] = dt
+    tokens = row.get("train/batch_loss_tokens", 0.0)
+    row["perf/tokens_per_s"] = tokens / dt
+    row["perf/train_flops_per_step"] = 6.0 * params_n * tokens
+    if heldout is not None and (
+      (config.eval.every and (step + 1) % config.eval.every == 0) or (final and config.eval.at_end)
+    ):
+      t = time.perf_counter()
+      row.update(heldout.evaluate(respond, workdir / "eval" / f"step{step + 1:06d}.jsonl"))
+      row["perf/eval_s"] = time.perf_counter() - t
+    _write_transcripts(
+      workdir / "transcripts" / f"step{step:06d}.jsonl", transcripts, config.transcripts_per_step
+    )
+    run.log(step, row)
+    if run.save_due(step):
+      run.save(step, state, {"loop": loop.host_state()})
+    run.plot_if_due(step)
+    run.advance(row)
+    last = row
+  run.finish()
   return last
-
-
-def _truncate_metrics(path: Path, start: int) -> None:
-  """Drops lines logged for steps >= ``start`` (a step killed before its checkpoint reruns)."""
-  if not path.exists():
-    return
-  keep = [
-    ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] < start
-  ]
-  path.write_text("".join(ln + "\n" for ln in keep))
 
 
 def _write_transcripts(path: Path, transcripts: list, limit: int) -> None:

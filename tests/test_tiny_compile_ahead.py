@@ -9,8 +9,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from spade_jax import metrics, train
+from spade_jax import metrics
 from spade_jax.tiny import compile_ahead
+from spade_jax.tiny.train import train_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ def test_child_compiles_what_the_run_looks_up(tmp_path):
   jax.clear_caches()
   keys = compile_ahead.CacheKeys().attach()  # the run's own persistent-cache lookups
   try:
-    train.train(smoke_config(), workdir)
+    train_tiny(smoke_config(), workdir)
   finally:
     keys.detach()
   report = json.loads((workdir / compile_ahead.REPORT).read_text())

@@ -19,7 +19,7 @@ from spade_jax.tiny.heldout import (
   split_families,
   training_settings,
 )
-from spade_jax.tiny.train import TinySetup
+from spade_jax.tiny.setup import TinySetup
 
 REPO = Path(__file__).resolve().parents[1]
 

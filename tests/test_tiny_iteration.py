@@ -10,7 +10,7 @@ import pytest
 
 from spade_jax.envs.ir.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
 from spade_jax.tiny import iteration
-from spade_jax.tiny.train import TinySetup, place
+from spade_jax.tiny.setup import TinySetup, place
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """The tiny on-device SPADE run end to end: the smoke config through `experiments/run.py`'s
-`train.train`, its artifacts and metrics, and exact resume after SIGKILL. (The default job's
+`train_tiny`, its artifacts and metrics, and exact resume after SIGKILL. (The default job's
 trends are checked on a recorded run by `python -m spade_jax.tiny.analysis.trends --check`, not
 here.)"""
 
@@ -17,8 +17,9 @@ import jax
 import numpy as np
 import pytest
 
-from spade_jax import metrics, train
+from spade_jax import metrics
 from spade_jax.tiny import iteration
+from spade_jax.tiny.train import train_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -50,7 +51,7 @@ def smoke_run(tmp_path_factory):
   jax.monitoring.register_event_duration_secs_listener(on_event)
   try:
     t0 = time.perf_counter()
-    last = train.train(smoke_config(), workdir)
+    last = train_tiny(smoke_config(), workdir)
     seconds = time.perf_counter() - t0
   finally:
     jax.monitoring.unregister_event_duration_listener(on_event)
@@ -151,7 +152,7 @@ def test_designer_prompt_takes_a_memory_seed_of_its_skill():
   """With memory on, a game's designer prompt carries one positive program of its skill (the
   SPADE seed rule: win rate inside the learnable band), encoded in the designer language."""
   from spade_jax.spade.memory import EnvMemory
-  from spade_jax.tiny.train import TinySetup
+  from spade_jax.tiny.setup import TinySetup
 
   setup = TinySetup(smoke_config())
   skill = setup.skills_of(0)[0]
@@ -175,7 +176,7 @@ def test_designer_prompt_takes_a_memory_seed_of_its_skill():
 
 
 def test_reward_band_and_cap_reach_the_designer_reward():
-  from spade_jax.tiny.train import TinySetup
+  from spade_jax.tiny.setup import TinySetup
 
   c = smoke_config()
   c.spade.plateau = (0.05, 0.2, 0.4, 0.7)

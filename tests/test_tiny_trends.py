@@ -75,7 +75,7 @@ def test_pool_series_pair_by_skill_composition(tmp_path):
   """Pools whose skills fail ~0.9 or ~0.5 alternate with the schedule (period 5
   regenerations); a rise of 0.05 is hidden by that spread unpaired, found when each value is
   compared with the same composition's."""
-  from spade_jax.tiny.train import TinySetup
+  from spade_jax.tiny.setup import TinySetup
 
   c = _config_json(tmp_path / "config.json", 80)
   setup = TinySetup(c)

@@ -13,7 +13,7 @@ import pytest
 
 from spade_jax.tiny import warmstart
 from spade_jax.tiny.heldout import training_settings
-from spade_jax.tiny.train import TinySetup
+from spade_jax.tiny.setup import TinySetup
 from spade_jax.tiny.warmstart import designer_examples, warm_start
 
 REPO = Path(__file__).resolve().parents[1]

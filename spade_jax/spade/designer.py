@@ -90,7 +90,7 @@ def _translate(source: str, tokenizer, hint: str, seeds: int) -> dict:
   """Translation + differential check; a translator failure never loses a valid environment
   (it then runs on the host). The program is built for the policy's own tokenizer and carries
   the hint in its hint template."""
-  from spade_jax.envs.translate.pipeline import pipeline as translate
+  from spade_jax.envs.translate import pipeline as translate
 
   try:
     return translate.translate_and_check(source, None, tokenizer=tokenizer, seeds=seeds, hint=hint)

@@ -14,7 +14,7 @@ its own jitted calls then load those executables from the cache instead of compi
 A child process rather than a thread: compiling on a thread of the run's own process overlapped
 the Python tracing of both (one GIL), and a run with such a thread once aborted inside jax's
 cache write (BUILD_NOTES, stop 16). The keys match because the run commits its state, carry
-and inputs to one device (`train.place`), as the child does (tests/test_tiny_compile_ahead.py
+and inputs to one device (`setup.place`), as the child does (tests/test_tiny_compile_ahead.py
 compares the cache keys of both sides).
 
 The cache is the user's (``jax_compilation_cache_dir`` / ``JAX_COMPILATION_CACHE_DIR``) or,
@@ -132,13 +132,13 @@ def compile_run(workdir) -> dict:
   """The child's work: compiles the run's iteration variants and one held-out evaluation into
   the persistent cache; returns ``{"programs": {name: seconds}, "keys": {module: [key]}}``."""
   from spade_jax.tiny import iteration
-  from spade_jax.tiny.config import load_run_config
+  from spade_jax.tiny.config import load_run_config, typed_config
   from spade_jax.tiny.heldout import TinyHeldout
-  from spade_jax.tiny.train import TinySetup, place
+  from spade_jax.tiny.setup import TinySetup, place
 
   keys = CacheKeys().attach()
   try:
-    config = load_run_config(workdir)
+    config = typed_config(load_run_config(workdir))
     setup = TinySetup(config)
     graphdef, state, carry = setup.init_state()
     state, carry = place((state, carry))

@@ -8,7 +8,9 @@ variants, memory, delay and metrics are the SPADE loop's (``spade.*``); see
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import ml_collections
@@ -187,3 +189,164 @@ def load_run_config(path) -> ml_collections.ConfigDict:
 
   assign(config, json.loads(path.read_text()))
   return config
+
+# ------------------------------------------------------------------------------- typed config
+# The run reads its config through these frozen dataclasses (`typed_config`), one per section
+# of `tiny_config`, field for field: a key added to `tiny_config` needs its field here (the
+# conversion refuses a key without one, and a field without its key).
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSection:
+  embed_dim: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float
+  tie_embeddings: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SpadeSection:
+  reward: str
+  num_games: int
+  plays: int
+  hint_plays: int
+  regen_interval: int
+  memory: bool
+  plateau: tuple[float, ...]
+  reward_scale_cap: float
+  active_skills: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignerSection:
+  program_tokens: int
+  prompt_len: int
+  feasibility_seeds: int
+  attempts: int
+  fallback: bool
+  reference_plays: int
+  library_hints: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSection:
+  temperature: float
+  top_p: float
+  top_k: int
+  max_turns: int
+  max_new_tokens: int
+  max_context: int
+  prompt_len: int
+  feed_chunk: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSection:
+  learning_rate: float
+  schedule: str
+  min_lr_ratio: float
+  warmup_steps: int
+  b1: float
+  b2: float
+  weight_decay: float
+  grad_clip_norm: float
+  eps_low: float
+  eps_high: float
+  tis_cap: float
+  aggregation: str
+  norm_constant: int
+  entropy_coef: float
+  kl_coef: float
+  kl_estimator: str
+  logprob_chunk: int
+  advantage: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartSection:
+  steps: int
+  batch: int
+  learning_rate: float
+  max_level: int
+  episodes_per_program: int
+  variants: int
+  variant_episodes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSection:
+  every: int
+  episodes_per_setting: int
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyRunConfig:
+  """A tiny run's config, typed (`typed_config`); sections and fields as in `tiny_config`."""
+
+  front_end: str
+  seed: int
+  steps: int
+  checkpoint_every: int
+  keep_checkpoints: int
+  progress: bool
+  plot_every: int
+  compile_ahead: bool
+  families: tuple[str, ...]
+  records_per_step: int
+  model: ModelSection
+  spade: SpadeSection
+  designer: DesignerSection
+  agent: AgentSection
+  train: TrainSection
+  warm_start: WarmStartSection
+  eval: EvalSection
+
+
+def typed_config(config) -> TinyRunConfig:
+  """``config`` (a `tiny_config` ConfigDict, as overridden) checked (`check_tiny_config`) and
+  converted to a `TinyRunConfig` (a `TinyRunConfig` is returned as is). Raises ValueError on a
+  value the run cannot use, a key without a field or a field without a key, or a value of the
+  wrong type."""
+  if isinstance(config, TinyRunConfig):
+    return config
+  check_tiny_config(config)
+  return _section(TinyRunConfig, config, "")
+
+
+def _section(cls, node, path: str):
+  hints = typing.get_type_hints(cls)
+  names = [f.name for f in dataclasses.fields(cls)]
+  keys = list(node.keys())
+  unknown = [k for k in keys if k not in hints]
+  missing = [n for n in names if n not in keys]
+  if unknown or missing:
+    raise ValueError(
+      f"tiny config section {path.rstrip('.') or '(top)'}: keys without a {cls.__name__} "
+      f"field {unknown}, "
+      f"fields without a key {missing} (spade_jax/tiny/config.py)"
+    )
+  return cls(**{n: _value(node[n], hints[n], f"{path}{n}") for n in names})
+
+
+def _value(value, hint, path: str):
+  if dataclasses.is_dataclass(hint):
+    return _section(hint, value, path + ".")
+  if typing.get_origin(hint) is tuple:
+    item = typing.get_args(hint)[0]
+    if not isinstance(value, tuple | list):
+      raise ValueError(f"{path} must be a sequence, got {value!r}")
+    return tuple(_value(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+  ok = {
+    bool: isinstance(value, bool),
+    int: isinstance(value, int) and not isinstance(value, bool),
+    float: isinstance(value, int | float) and not isinstance(value, bool),
+    str: isinstance(value, str),
+  }[hint]
+  if not ok:
+    raise ValueError(f"{path} must be a {hint.__name__}, got {value!r}")
+  return float(value) if hint is float else value
