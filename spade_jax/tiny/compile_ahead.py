@@ -13,7 +13,7 @@ its own jitted calls then load those executables from the cache instead of compi
 
 A child process rather than a thread: compiling on a thread of the run's own process overlapped
 the Python tracing of both (one GIL), and a run with such a thread once aborted inside jax's
-cache write (BUILD_NOTES, stop 16). The keys match because the run commits its state, carry
+cache write. The keys match because the run commits its state, carry
 and inputs to one device (`setup.place`), as the child does (tests/test_tiny_compile_ahead.py
 compares the cache keys of both sides).
 
