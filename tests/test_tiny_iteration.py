@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from spade_jax.envs.ir.program import MODE_IMM, MODE_REG, OPCODE, stack_programs
-from spade_jax.tiny import iteration
+from spade_jax.tiny import iteration, pool
 from spade_jax.tiny.setup import TinySetup, place
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_difficulty_bits_counts_immediate_rand_ranges(setup_state):
   code[2] = (OPCODE["rand"], 2, MODE_IMM, 0, MODE_REG, 1, 0, 0)  # register bound: not counted
   code[3] = (OPCODE["add"], 3, MODE_IMM, 1, MODE_IMM, 100, 0, 0)
   progs = stack_programs([prog.replace(reset_code=code), prog])
-  bits = np.asarray(iteration.difficulty_bits(progs))
+  bits = np.asarray(pool.difficulty_bits(progs))
   assert bits[0] == pytest.approx(7.0)
   assert bits[1] >= 0
 
@@ -94,7 +94,7 @@ def test_choose_slots_first_valid_attempt_then_won_previous_game_then_library():
   ok_GK = np.array([[F, T, T], [F, F, F], [F, F, F], [T, F, F], [F, F, F]])
   prev_valid_G = np.array([T, T, T, T, F])
   prev_win_G = np.array([0.5, 0.25, 0.0, 0.0, 1.0])
-  s = jax.jit(iteration.choose_slots, static_argnums=3)(ok_GK, prev_valid_G, prev_win_G, True)
+  s = jax.jit(pool.choose_slots, static_argnums=3)(ok_GK, prev_valid_G, prev_win_G, True)
   assert np.asarray(s.row_G).tolist() == [1, 3, 6, 9, 12]  # g * 3 + first valid (else 0)
   assert np.asarray(s.designed_G).tolist() == [T, F, F, T, F]
   # game 1: the previous game was won once -> replayed; game 2: never won -> library;
@@ -108,6 +108,6 @@ def test_choose_slots_first_valid_attempt_then_won_previous_game_then_library():
     "new",
     "library",
   ]
-  off = iteration.choose_slots(ok_GK, prev_valid_G, prev_win_G, False)
+  off = pool.choose_slots(ok_GK, prev_valid_G, prev_win_G, False)
   assert not np.any(off.carried_G) and not np.any(off.library_G)
   assert np.asarray(off.source_G).tolist() == [0, 3, 3, 0, 3]

@@ -11,7 +11,7 @@
      every sample is well-formed and ends in budget); `assemble_and_validate` turns them into
      ``EnvProgram`` arrays, runs ``check_program`` and the validator's feasibility check (the
      program's own answer must win on ``feasibility_seeds`` resets); each game takes its
-     first valid attempt (`choose_slots`). Rejected samples are never credited and get no
+     first valid attempt (`pool.choose_slots`). Rejected samples are never credited and get no
      gradient (exactly like invalid Python in the real path). A game with no valid attempt
      replays (``fallback``) the previous pool's game of its slot if the agent ever won it,
      else a library training program, as the Python loop replays the previous pool or the
@@ -44,188 +44,32 @@ Symbols: G games, P plays, H hinted plays, W regen interval, T sequence length.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from spade_jax import trajectories
-from spade_jax.engine.decode import prefill, run_loop
 from spade_jax.engine.sampling import SamplingParams
-from spade_jax.envs.ir.parse import ParseTables
-from spade_jax.envs.ir.program import MODE_IMM, OPCODE, EnvProgram
-from spade_jax.rl import advantages, losses
-from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
+from spade_jax.rl import advantages
+from spade_jax.rl.optimizer import learning_rate_schedule, make_optimizer
 from spade_jax.rl.train_state import TrainState
 from spade_jax.rl.update import train_step
 from spade_jax.rollout import device as rollout_lib
-from spade_jax.rollout.types import RolloutSpec
 from spade_jax.spade import rewards
-from spade_jax.spade.window import (
-  WindowPlays,
-  empty_window,
-  record_hint_plays,
-  record_plays,
-  window_stats,
-)
-from spade_jax.tiny.grammar import GrammarMask
-from spade_jax.tiny.language import (
-  INFEASIBLE,
-  Language,
-  assemble_and_validate,
-  first_templates_device,
+from spade_jax.spade.window import record_hint_plays, record_plays, window_stats
+from spade_jax.tiny.language import first_templates_device
+from spade_jax.tiny.pool import difficulty_bits, new_pool
+from spade_jax.tiny.spec import (  # noqa: F401 (SOURCES, init_carry: re-exported)
+  SOURCES,
+  PoolCarry,
+  StepInputs,
+  TinySpec,
+  init_carry,
 )
 
 TRACES: collections.Counter = collections.Counter()
-SOURCES = ("new", "carried", "library", "none")  # what a pool slot plays (records' "source")
 _F32 = jnp.float32
-
-
-@dataclasses.dataclass(frozen=True)
-class TinySpec:
-  """Static description of the iteration (a jit static argument; hashable)."""
-
-  lang: Language
-  rollout: RolloutSpec
-  num_games: int
-  plays: int
-  hint_plays: int
-  regen_interval: int
-  prompt_len: int  # designer prompt slots (left-padded)
-  reward: rewards.DesignerRewardConfig
-  loss: losses.LossConfig
-  opt: OptimizerConfig
-  temperature: float  # designer and agent (the trainer recomputes log-probs at one temperature)
-  top_p: float = 1.0
-  top_k: int = 0
-  agent_turns: int = 4
-  agent_new_tokens: int = 12
-  reward_scale: float = 1.0
-  feasibility_seeds: int = 4  # resets on which a program's own answer must win (0: no check)
-  attempts: int = 1  # designer samples per game; the first valid one fills the slot
-  fallback: bool = True  # slots with no valid attempt replay a game (never credited)
-  reference_plays: int = 0  # plays of each new pool by the frozen reference policy (0: none)
-  advantage: str = "zscore"  # the agent's advantages: `rl.advantages.MODES`
-
-  @property
-  def design_len(self) -> int:
-    """Designer sample slots: prompt + program + the stop token."""
-    return self.prompt_len + self.lang.max_tokens + 1
-
-  @property
-  def trains_designer(self) -> bool:
-    return rewards.trains_designer(self.reward)
-
-
-@struct.dataclass
-class PoolCarry:
-  """Device state of the current pool carried between iterations (checkpointed)."""
-
-  programs: EnvProgram  # [G]
-  valid_G: jax.Array  # bool: the slot holds a playable game (designed or a fallback)
-  designed_G: jax.Array  # bool: the slot's game is this pool's valid designer program
-  skill_G: jax.Array  # int32 skill index
-  design_tokens_GT: jax.Array  # int32 prompt + program, left-aligned
-  design_mask_GT: jax.Array  # float32 1 on sampled program tokens
-  design_logprobs_GT: jax.Array  # float32
-  has_samples: jax.Array  # [] bool: the pool's designer samples still await training
-  window: WindowPlays
-  tracker: rewards.LPTracker
-
-
-@struct.dataclass
-class StepInputs:
-  """Per-call data prepared on the host (explicitly transferred before the call)."""
-
-  step: jax.Array  # [] int32
-  seed: jax.Array  # [] int32 run seed
-  prompts_GP: jax.Array  # int32 designer prompts, left-padded with 0
-  prompt_valid_GP: jax.Array  # bool
-  skill_G: jax.Array  # int32
-  fixed_programs: EnvProgram  # [G] pool of the `fixed` variant (ignored otherwise)
-  parse: ParseTables
-
-
-def init_carry(spec: TinySpec, dummy: EnvProgram, num_skills: int) -> PoolCarry:
-  """An empty pool: every game invalid, nothing to train, an empty window."""
-  G, T = spec.num_games, spec.design_len
-  stack = lambda x: jnp.broadcast_to(jnp.asarray(x), (G,) + jnp.shape(x))
-  return PoolCarry(
-    programs=jax.tree.map(stack, dummy),
-    valid_G=jnp.zeros((G,), bool),
-    designed_G=jnp.zeros((G,), bool),
-    skill_G=jnp.zeros((G,), jnp.int32),
-    design_tokens_GT=jnp.zeros((G, T), jnp.int32),
-    design_mask_GT=jnp.zeros((G, T), _F32),
-    design_logprobs_GT=jnp.zeros((G, T), _F32),
-    has_samples=jnp.zeros((), bool),
-    window=jax.tree.map(
-      jnp.array, empty_window(spec.regen_interval, G, spec.plays, spec.hint_plays)
-    ),
-    # copies: the carry is donated, so no two leaves may share a buffer
-    tracker=jax.tree.map(lambda x: jnp.array(x, copy=True), rewards.LPTracker.create(num_skills)),
-  )
-
-
-def difficulty_bits(programs: EnvProgram) -> jax.Array:
-  """Per program, the bits of randomness of its task: ``sum log2(hi - lo + 1)`` over the reset
-  code's ``rand`` draws with immediate bounds (a structural difficulty proxy: how many distinct
-  tasks the environment can pose), ``[G]``."""
-  code = programs.reset_code  # [G, n_reset, 8] (op, dst, amode, a, bmode, b, cmode, c)
-  is_rand = (
-    (code[..., 0] == OPCODE["rand"]) & (code[..., 2] == MODE_IMM) & (code[..., 4] == MODE_IMM)
-  )
-  width = (code[..., 5] - code[..., 3] + 1).astype(_F32)
-  return jnp.sum(jnp.where(is_rand & (width >= 1), jnp.log2(jnp.maximum(width, 1.0)), 0.0), -1)
-
-
-def _pack(valid_BS, *xs_BS):
-  """Moves each row's valid slots to the front (left-aligned sequences)."""
-  B, S = valid_BS.shape
-  dest_BS = jnp.where(valid_BS, jnp.cumsum(valid_BS, axis=1) - 1, S)
-  rows = jnp.arange(B)[:, None]
-  return tuple(jnp.zeros_like(x).at[rows, dest_BS].set(x, mode="drop") for x in xs_BS)
-
-
-def design(graphdef, params, prompts_BP, prompt_valid_BP, key, spec: TinySpec):
-  """Samples one program per prompt row under the grammar mask -> (packed prompt+program
-  tokens, mask, log-probs, program tokens ``[B, max_tokens + 1]``)."""
-  B, P = prompts_BP.shape
-  processor = GrammarMask(spec.lang)
-  pos_BP = jnp.maximum(jnp.cumsum(prompt_valid_BP, axis=1) - 1, 0)
-  stop_BS = jnp.broadcast_to(
-    jnp.asarray(spec.rollout.stop_ids, jnp.int32), (B, len(spec.rollout.stop_ids))
-  )
-  state = prefill(
-    graphdef,
-    params,
-    prompts_BP,
-    prompt_valid_BP,
-    pos_BP,
-    jnp.full((B,), P - 1, jnp.int32),
-    jnp.full((B,), spec.lang.max_tokens + 1, jnp.int32),
-    stop_BS,
-    key,
-    cache_size=spec.design_len,
-    chunk=P,
-    queue_size=1,
-    processor=processor,
-  )
-  sampling = SamplingParams(
-    temperature_B=jnp.full((B,), spec.temperature, _F32),
-    top_p_B=jnp.full((B,), spec.top_p, _F32),
-    top_k_B=jnp.full((B,), spec.top_k, jnp.int32),
-    min_p_B=jnp.zeros((B,), _F32),
-    greedy_B=jnp.zeros((B,), bool),
-  )
-  state = run_loop(graphdef, params, state, sampling, processor)
-  program_BT = jnp.where(state.loss_mask_BS[:, P:], state.tokens_BS[:, P:], 0)
-  tokens, mask, logprobs = _pack(
-    state.cache.valid_BS, state.tokens_BS, state.loss_mask_BS.astype(_F32), state.logprobs_BS
-  )
-  return tokens, mask, jnp.where(mask > 0, logprobs, 0.0), program_BT
 
 
 def _episode_keys(seed, step, games_B, plays_B):
@@ -307,99 +151,10 @@ def _trajectories(tokens, mask, logprobs, adv_B, rewards_B, group_B, valid_B, tu
   )
 
 
-@struct.dataclass
-class Slots:
-  """Which game each pool slot plays (`choose_slots`)."""
-
-  row_G: jax.Array  # int32: the designer sample row (g * K + attempt) of the slot
-  designed_G: jax.Array  # bool: a valid designer attempt fills the slot
-  carried_G: jax.Array  # bool: replays the previous pool's game of the slot
-  library_G: jax.Array  # bool: plays the library program of the slot
-
-  @property
-  def source_G(self):
-    """Index into `SOURCES`."""
-    return jnp.where(
-      self.designed_G, 0, jnp.where(self.carried_G, 1, jnp.where(self.library_G, 2, 3))
-    )
-
-
-def choose_slots(ok_GK, prev_valid_G, prev_win_G, fallback: bool) -> Slots:
-  """First valid attempt of each game; with ``fallback``, a slot without one replays the
-  previous pool's game if it was played and the agent won it at least once in its window
-  (a pool that became unsolvable is not replayed), else the library program."""
-  G, K = ok_GK.shape
-  designed_G = jnp.any(ok_GK, axis=1)
-  row_G = jnp.arange(G) * K + jnp.argmax(ok_GK, axis=1)  # attempt 0 when none is valid
-  carried_G = fallback & ~designed_G & prev_valid_G & (prev_win_G > 0)
-  library_G = fallback & ~designed_G & ~carried_G
-  return Slots(row_G=row_G, designed_G=designed_G, carried_G=carried_G, library_G=library_G)
-
-
-def new_pool(
-  graphdef, params, carry: PoolCarry, prev_stats, inputs: StepInputs, key, k_feasible, spec
-):
-  """The designer's new pool: ``attempts`` samples per game (one batch of ``G * K`` rows),
-  each assembled and validated on device; a game's slot takes its first valid attempt (the
-  Python loop's fresh attempts). With ``fallback``, a slot with no valid attempt replays the
-  previous pool's game in that slot if the agent ever won it, else the library program of
-  ``inputs.fixed_programs`` (the Python loop replays the previous pool, at the start the
-  library seed pool); such games are played and trained on by the agent but never credited
-  to the designer. Returns a dict of the pool's arrays, records and metrics."""
-  G, K = spec.num_games, spec.attempts
-  rep = lambda x: jnp.repeat(x, K, axis=0)  # row g * K + k: attempt k of game g
-  tokens, mask, logprobs, program_BT = design(
-    graphdef, params, rep(inputs.prompts_GP), rep(inputs.prompt_valid_GP), key, spec
-  )
-  programs_B, ok_B, reason_B = assemble_and_validate(
-    spec.lang, program_BT, k_feasible, spec.feasibility_seeds
-  )
-  slots = choose_slots(ok_B.reshape(G, K), carry.valid_G, prev_stats.win_rate_G, spec.fallback)
-  pick = lambda x: x[slots.row_G]
-  designed_G, carried_G, library_G = slots.designed_G, slots.carried_G, slots.library_G
-  programs = jax.tree.map(pick, programs_B)
-  old = jax.tree.map(
-    lambda p, f: jnp.where(_rows(carried_G, p), p, f), carry.programs, inputs.fixed_programs
-  )
-  programs = jax.tree.map(lambda n, o: jnp.where(_rows(designed_G, n), n, o), programs, old)
-  played_G = designed_G | carried_G | library_G
-  program_GT = pick(program_BT)
-  metrics = {
-    "designer/valid_rate": jnp.mean(designed_G.astype(_F32)),
-    "designer/attempt_valid_rate": jnp.mean(ok_B.astype(_F32)),
-    "designer/infeasible_rate": jnp.mean((reason_B == INFEASIBLE).astype(_F32)),
-    "designer/program_tokens": jnp.mean(jnp.sum(program_BT != 0, axis=1).astype(_F32)),
-    # mean sampling NLL per program token over all attempts: how spread the designer's samples are
-    "designer/token_nll": -jnp.sum(logprobs * mask) / jnp.maximum(jnp.sum(mask), 1.0),
-    "agent/pool_carried": jnp.mean(carried_G.astype(_F32)),
-    "agent/pool_library": jnp.mean(library_G.astype(_F32)),
-  }
-  records = dict(
-    program_GT=program_GT,
-    ok_G=designed_G,
-    reason_G=pick(reason_B),
-    source_G=slots.source_G,
-  )
-  return dict(
-    programs=programs,
-    designed_G=designed_G,
-    played_G=played_G,
-    tokens=pick(tokens),
-    mask=pick(mask),
-    logprobs=pick(logprobs),
-    records=records,
-    metrics=metrics,
-  )
-
-
 def _mean_or_nan(x, where):
   """Mean of ``x`` over ``where`` (NaN when empty: the host logs no value for that step)."""
   n = jnp.sum(where)
   return jnp.where(n > 0, jnp.sum(jnp.where(where, x, 0.0)) / jnp.maximum(n, 1), jnp.nan)
-
-
-def _rows(flag_G, x):
-  return flag_G.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
 def _iterate(
