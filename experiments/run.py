@@ -4,7 +4,9 @@
       [--config.key=value ...]
 
 Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
-config key, wrong type, missing file) prints one line and exits with status 2.
+config key, wrong type, missing file) prints one line and exits with status 2. On x86 CPUs,
+XLA's CPU code is capped at AVX2 so a run's numbers do not depend on the machine
+(`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set).
 
 The config's ``front_end`` picks the loop: ``"tiny"`` (experiments/configs/tiny.py) runs
 `spade_jax.tiny.train.train_tiny`, anything else the Python-environment loop
@@ -21,6 +23,11 @@ from ml_collections import config_flags
 
 # Allow running from a source checkout without installing the package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from spade_jax import xla_cpu  # noqa: E402
+
+# Before anything starts jax: CPU numerics independent of the host's instruction set.
+xla_cpu.pin_isa()
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "experiment config file[:arg]", lock_config=True)
