@@ -63,6 +63,33 @@ def _comparable(rows):
   return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
 
 
+GOLDEN = REPO / "tests" / "golden" / "tiny_smoke_metrics.jsonl"
+RECORD_GOLDEN = "SPADE_RECORD_GOLDEN"
+
+
+def _golden_rows(workdir) -> list[dict]:
+  """The smoke run's every non-timing number: the warm start's summary, then each step's row."""
+  warm = json.loads((workdir / "warm_start.json").read_text())
+  warm = {"step": "warm_start", **{k: v for k, v in warm.items() if not k.startswith("perf/")}}
+  return [warm] + _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
+
+
+def test_smoke_metrics_equal_the_golden_file(smoke_run):
+  """Any change to the default job's numbers fails here until the golden file is re-recorded on
+  purpose (``SPADE_RECORD_GOLDEN=1 python -m pytest tests/test_tiny_train.py -k golden``), and
+  docs/tiny and the README's numbers with it. The test session caps XLA's CPU instruction set
+  (conftest, `spade_jax.xla_cpu`), so the file holds on any x86-64 machine with AVX2."""
+  rows = _golden_rows(smoke_run[0])
+  if os.environ.get(RECORD_GOLDEN) == "1":
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+  golden = [json.loads(x) for x in GOLDEN.read_text().splitlines()]
+  assert len(rows) == len(golden)
+  for got, want in zip(rows, golden):
+    diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+    assert not diff, f"step {want['step']}: (got, golden) {diff}"
+
+
 def test_smoke_run_artifacts_and_metrics(smoke_run):
   workdir, last, seconds, traces, compiles = smoke_run
   assert seconds < 120, f"tiny smoke took {seconds:.0f} s"
