@@ -56,7 +56,7 @@ def tiny_setup(
     sys.path.insert(0, configs)
   import tiny
 
-  from spade_jax.tiny.train import TinySetup
+  from spade_jax.tiny.setup import TinySetup
 
   config = tiny.get_config(args.config_arg)
   return args, config, TinySetup(config)

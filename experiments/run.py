@@ -69,6 +69,9 @@ def train(config, workdir) -> dict:
 
 
 def main(argv: list[str]) -> int:
+  if any(a in ("-h", "--help", "-help") for a in argv[1:]):
+    print(__doc__.strip())
+    return 0
   if os.environ.get("SPADE_DISTRIBUTED") == "1":  # multi-host launch (launch/*.sh)
     import jax
 

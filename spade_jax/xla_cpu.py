@@ -30,9 +30,9 @@ def pin_isa(env=None) -> str | None:
   where it applies; returns the cap now in force, or None when XLA uses the host's own."""
   env = os.environ if env is None else env
   flags = env.get("XLA_FLAGS", "")
-  for word in flags.split():
-    if word.startswith(FLAG + "="):
-      return word.split("=", 1)[1]
+  caps = [w.split("=", 1)[1] for w in flags.split() if w.startswith(FLAG + "=")]
+  if caps:  # XLA takes the last occurrence
+    return caps[-1]
   if env.get(NATIVE_ENV) == "1" or platform.machine().lower() not in ("x86_64", "amd64"):
     return None
   env["XLA_FLAGS"] = f"{flags} {FLAG}={ISA}".strip()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from spade_jax.envs.sandbox.pool import SandboxConfig
+from spade_jax.envs.sandbox.process import WORKER_SCRIPT
 from spade_jax.envs.sandbox.validate import (
   STAGES,
   ValidatorConfig,
@@ -98,7 +99,7 @@ def test_hostile_runs_leave_nothing_behind(verdicts, scratch_root):
       cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
     except (OSError, IndexError):
       continue
-    if stat[1] == me and b"sandbox_worker.py" in cmd:
+    if stat[1] == me and WORKER_SCRIPT.encode() in cmd:
       workers.append(entry)
   assert workers == []  # no worker outlived its validation
   assert verdicts["__seconds__"] < 150

@@ -416,7 +416,7 @@ def generate(
   cache_size: int | None = None,
   pad_side: str = "left",
 ) -> GenerateOutput:
-  """Samples up to ``max_new_tokens`` per prompt (DESIGN.md §4.3). Sampling arguments are
+  """Samples up to ``max_new_tokens`` per prompt (docs/DESIGN.md §3.3). Sampling arguments are
   scalars or per-prompt sequences; ``temperature=0`` means greedy. The returned ``tokens``
   include the stop token when one was hit (``finished``)."""
   engine = Engine(model, mesh=mesh, processor=processor)

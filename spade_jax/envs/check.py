@@ -1,5 +1,5 @@
 """`python -m spade_jax.envs.check FILE --json ...`: the stable spelling of the validator CLI
-(DESIGN.md §4.4); the implementation is `spade_jax.envs.sandbox.check`."""
+(docs/DESIGN.md §3.4); the implementation is `spade_jax.envs.sandbox.check`."""
 
 import sys
 

@@ -2,7 +2,7 @@
 
 Every episode (an ``EnvProgram``, a seed and a hint flag; the batch is envs x plays x {hint,
 no hint}) is reset by the interpreter, its first user message is rendered to token ids and
-framed in the chat template (`rollout_types.first_templates`), all prompts are prefilled
+framed in the chat template (`types.first_templates`), all prompts are prefilled
 together, and then one ``while_loop`` runs decode steps. Per sequence a small state machine
 runs inside it:
 
@@ -13,7 +13,7 @@ runs inside it:
   first when the budget cut the turn) and queue it as forced tokens -> sampling ...
 
 Nothing leaves the device until the batch is done. The token stream is the host loop's
-(``host_rollout.play`` with the same framing, a first message ``preamble + obs [+ "\\n\\nHINT: "
+(``host.play`` with the same framing, a first message ``preamble + obs [+ "\\n\\nHINT: "
 + hint]`` and the same seeds): tests hold the two equal token for token.
 
 Sizes are static (`RolloutSpec`: program config, cache and prompt slots, framing, chunk
@@ -352,7 +352,7 @@ class DeviceRollout:
 
   ``DeviceRollout(model, tok, framing, cfg)(programs, seeds, hint_flags, seed=0)`` plays one
   episode per entry (``programs[i]`` with ``seeds[i]``, hinted where ``hint_flags[i]``) and
-  returns a `RolloutOutput` (``.episodes(tok, framing)`` -> ``host_rollout.EpisodeResult``,
+  returns a `RolloutOutput` (``.episodes(tok, framing)`` -> ``host.EpisodeResult``,
   ``.to_trajectories(...)``). ``cfg`` is the host loop's ``RolloutConfig``: ``max_context``
   is a static size, the other fields are data (a call may pass another ``cfg`` with the same
   ``max_context`` without recompiling).

@@ -1,7 +1,7 @@
 """The data types around the on-device rollout: its static spec, first-message templates,
 output (with host conversions) and the scripted test policy.
 
-* `RolloutSpec`: static sizes and chat framing (a jit static argument of `rollout.rollout`).
+* `RolloutSpec`: static sizes and chat framing (a jit static argument of `device.rollout`).
 * `FirstTemplates` / `first_templates`: a program's first user message, ``preamble + obs``
   and ``preamble + obs + "\\n\\nHINT: " + hint``, compiled on the host into two larger
   templates (``text.compile_template`` over the observation and hint items), which verifies

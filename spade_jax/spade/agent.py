@@ -4,7 +4,7 @@ Every valid game is played ``plays`` times without the hint at every step of its
 ``hint_plays`` times with the hint at the pool's first step, on the *same* seeds as the first
 unhinted plays (matched problem instances, identical decoding), so regret compares like with
 like. Seeds are explicit per (run seed, step, game, play). Games whose translation passed the
-differential check are played by the on-device rollout (`envs.rollout.DeviceRollout`: the
+differential check are played by the on-device rollout (`rollout.device.DeviceRollout`: the
 whole multi-turn episode in one jitted loop, the program interpreted on device); the others,
 and translated games whose first message does not fit the device templates, run through the
 host loop with sandboxed Python. Both paths return the same `EpisodeResult`, merged back in
@@ -84,7 +84,7 @@ class AgentPlayer:
     dynamic_sampling: bool = False,
     dynamic_rounds: int = 3,
   ):
-    """``device``: an `envs.rollout.DeviceRollout` for translated games (None: all on host).
+    """``device``: a `rollout.device.DeviceRollout` for translated games (None: all on host).
     ``advantage``: `rl.advantages.MODES`; ``dynamic_sampling``, ``dynamic_rounds``: DAPO's
     filter and refill (module docstring)."""
     if hint_plays > plays:

@@ -58,7 +58,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.agent.max_turns = 25
   c.agent.max_new_tokens = 8192
   c.agent.max_context = 32768
-  # Translated games play on device (envs.rollout.DeviceRollout); its cache and first-prompt
+  # Translated games play on device (rollout.device.DeviceRollout); its cache and first-prompt
   # slots are static sizes, smaller than the host loop's max_context (an episode that runs out
   # of slots ends truncated, reason "context").
   c.agent.device_rollout = True

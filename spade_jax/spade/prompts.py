@@ -1,6 +1,6 @@
 """Prompts of the three roles the one policy plays, as chat message lists.
 
-* **Designer**: writes a complete Python environment (the contract of DESIGN.md section 5) for one
+* **Designer**: writes a complete Python environment (the contract of docs/DESIGN.md §3.6) for one
   cognitive skill, optionally grounded in a reference document and steered by memory: up to two
   earlier environments that sat in the agent's learning zone, and one it found too easy or too
   hard.

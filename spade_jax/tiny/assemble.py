@@ -243,7 +243,7 @@ def assemble_tokens(lang, tokens_BT):
 def feasible(lang, programs: EnvProgram, key, n_seeds: int = 4):
   """``[B]`` bool: on each of ``n_seeds`` resets (keys from ``key``) the program's own answer
   (`ProgramEnv.solution_action`) at the first turn earns reward 1.0 and terminates, without a
-  fault at reset or step: the feasibility check of the Python validator (`envs.validate`),
+  fault at reset or step: the feasibility check of the Python validator (`envs.sandbox.validate`),
   on device. ``programs`` has a leading batch axis."""
   env = ProgramEnv(lang.cfg)
 
@@ -277,7 +277,7 @@ def assemble_and_validate(lang, tokens_BT, key, n_seeds: int = 4):
 def first_templates_device(
   lang, programs: EnvProgram, spec=None, *, preamble_ids=(), hint_separator=None
 ) -> FirstTemplates:
-  """`rollout_types.first_templates` from the programs' own arrays (jittable; ``programs``
+  """`rollout.types.first_templates` from the programs' own arrays (jittable; ``programs``
   with a leading batch axis, or one program): ``preamble + obs`` and ``preamble + obs +
   hint_separator + hint`` (just ``preamble + obs`` when the hint is empty).
 

@@ -55,7 +55,8 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.spade.hint_plays = 4
   c.spade.regen_interval = 2
   # memory seeds off: the tiny designer copies a seed's malformed fragments (with memory on, the
-  # valid rate of its attempts fell 0.59 -> 0.19 within 8 steps; off: 0.5-0.69, BUILD_NOTES)
+  # valid rate of its attempts fell 0.59 -> 0.19 within 8 steps; off: 0.5-0.69;
+  # docs/tiny/RESULTS.md)
   c.spade.memory = False
   # blend / solve_rate: the win-rate band the designer is paid for (0 at the ends, 1 between the
   # middle two): SPADE's (0.15, 0.4, 0.6, 0.85) is for big agents at ~50% success

@@ -19,7 +19,7 @@
      credited. With the ``fixed`` reward the pool is the ``inputs.fixed_programs`` instead
      (no designer sampling at all);
   3. the agent plays each game ``P`` times without and ``H`` times with the hint on matched
-     seeds (``envs.rollout.rollout``: the whole multi-turn episode in one ``while_loop``);
+     seeds (``rollout.device.rollout``: the whole multi-turn episode in one ``while_loop``);
 * **replay step** (``regen=False``): only unhinted plays of the current pool, recorded at
   offset ``step % regen_interval`` of its window.
 

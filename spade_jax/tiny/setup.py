@@ -194,5 +194,6 @@ def place(tree):
   placements compile extra executables and make a resumed run miss the persistent compilation
   cache. Committed inputs also give the jitted iteration the cache key of one lowered ahead of
   time from `ShapeDtypeStruct`s with these shardings; uncommitted step inputs lower without
-  their `sdy.sharding` and miss it (a two-process probe at stop 17, d12a6e5)."""
+  their `sdy.sharding` and miss it (a two-process probe, d12a6e5: BUILD_NOTES.md, "Deleted
+  probes", tiny_cache_key)."""
   return jax.device_put(tree, jax.devices()[0])

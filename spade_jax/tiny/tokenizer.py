@@ -10,8 +10,8 @@ loads:
   opcodes, registers, specials, lists, tables, ``stop``/``go``);
 * the **phrase table** (`phrase_table`): the literal text of every library template
   (observation, hint, feedback, solution; every family and level) split at register slots and
-  at signed digit runs (``-?[0-9]+``: digits stay one token each, as `envs/text.py` requires),
-  the list separator ``", "``, ``"\\n\\nHINT: "`` (`rollout_types.HINT_SEPARATOR`),
+  at signed digit runs (``-?[0-9]+``: digits stay one token each, as `envs/ir/text.py` requires),
+  the list separator ``", "``, ``"\\n\\nHINT: "`` (`rollout.types.HINT_SEPARATOR`),
   ``"\\boxed{"`` and `GENERIC_PHRASES` for designer-written games.
 
 Why the phrase table is made **prefix-free** (no added token is a proper prefix of another):

@@ -1,7 +1,7 @@
 """The environment library: hand-written families as assembly programs + Python twins.
 
 Each `Family` has a program generator (difficulty parameters -> assembly text, see
-`assembly.py`), its Python twin class (a standalone DESIGN.md section 5 environment in
+`assembly.py`), its Python twin class (a standalone docs/DESIGN.md §3.6 environment in
 `twins/`, taking the same keyword parameters) and a few difficulty levels, easiest first. The
 twins are the reference in tests and seed examples for designer prompts.
 """

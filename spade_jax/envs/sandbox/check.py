@@ -1,4 +1,5 @@
-"""`python -m spade_jax.envs.check FILE --json [--tokenizer PATH] [--seeds N]` (DESIGN.md §4.4).
+"""`python -m spade_jax.envs.check FILE --json [--tokenizer PATH] [--seeds N]`
+(docs/DESIGN.md §3.4).
 
 Validates an environment file (a Python source or a model response containing one) and, when
 it is valid, hands it to the translator for lowering to an `EnvProgram` with differential

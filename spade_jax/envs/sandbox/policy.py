@@ -22,7 +22,7 @@ import ast
 import string
 from dataclasses import dataclass
 
-# DESIGN.md §5: the only modules an environment may import. `__future__` is a compiler
+# docs/DESIGN.md §3.6: the only modules an environment may import. `__future__` is a compiler
 # directive (e.g. `from __future__ import annotations`), not a runtime capability.
 ALLOWED_MODULES = frozenset(
   {"random", "re", "math", "itertools", "collections", "functools", "string", "__future__"}

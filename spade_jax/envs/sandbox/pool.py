@@ -1,7 +1,7 @@
 """Run untrusted (designer-written) environments in killable, locked-down worker processes.
 
 The host rollout loop and the validator use `SandboxPool` / `SandboxedEnv`; designer code
-never runs in the calling process. Each worker (sandbox_process.WorkerProcess) is a separate
+never runs in the calling process. Each worker (process.WorkerProcess) is a separate
 Python process in its own session and process group, with a scrubbed environment, a private
 scratch directory and pipes carrying length-prefixed JSON (sandbox/protocol.py). Inside, the
 worker locks itself down before loading any untrusted code (sandbox/lockdown.py: rlimits,
@@ -68,10 +68,10 @@ def _kill_all(workers: list) -> None:
 class SandboxedEnv:
   """Handle to one environment instance living in a sandboxed worker.
 
-  Results follow DESIGN.md §5 with types checked in the worker: observations are str, rewards
-  float in [-1, 1], flags bool; `info` comes back JSON-safe (tuples as lists, other objects as
-  their repr, at most 4 levels and 1,000 items per level). Not thread-safe: use a pool from
-  one thread at a time.
+  Results follow docs/DESIGN.md §3.6 with types checked in the worker: observations are str,
+  rewards float in [-1, 1], flags bool; `info` comes back JSON-safe (tuples as lists, other
+  objects as their repr, at most 4 levels and 1,000 items per level). Not thread-safe: use a
+  pool from one thread at a time.
   """
 
   def __init__(self, pool: SandboxPool, worker: WorkerProcess, env_id: int, class_name: str):

@@ -52,12 +52,13 @@ class EnvViolation(EnvError):
 
 
 class EnvContractError(EnvError):
-  """A method returned the wrong shape or types (DESIGN.md §5)."""
+  """A method returned the wrong shape or types (docs/DESIGN.md §3.6)."""
 
 
 @dataclass(frozen=True)
 class SandboxConfig:
-  """Limits and layers of every worker of a pool (defaults per DESIGN.md §6)."""
+  """Limits and layers of every worker of a pool (the defaults: BUILD_NOTES.md, "Sandbox,
+  validator, check CLI")."""
 
   load_timeout: float = 30.0  # seconds for worker start-up and for loading one instance
   call_timeout: float = 30.0  # seconds for one reset/step/solution

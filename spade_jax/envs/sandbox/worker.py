@@ -6,12 +6,12 @@ sibling modules, found by appending this directory to the end of sys.path), in i
 and process group, with a scrubbed environment and a private scratch directory as cwd.
 
 Start-up: move the protocol pipes to private fds and point fds 0/1 at /dev/null; read the
-`init` request; pre-import the allowed modules; apply sandbox_lockdown (rlimits, privilege
+`init` request; pre-import the allowed modules; apply lockdown.py (rlimits, privilege
 drop, seccomp, audit hook, tamper snapshot); reply with the layers in force. Then serve
 requests (see sandbox/protocol.py) until stdin closes.
 
 Each environment instance gets its own module namespace: a fresh `__builtins__` without the
-dangerous builtins (sandbox_policy.FORBIDDEN_BUILTINS), safe getattr/setattr/delattr, a
+dangerous builtins (policy.FORBIDDEN_BUILTINS), safe getattr/setattr/delattr, a
 restricted `__import__` that only hands out read-only views of the allowed modules (public,
 non-module attributes only: `re.enum.sys` does not exist), and a `random` view bound to a
 private `random.Random`, so instances never share random state and interleaving does not

@@ -13,7 +13,7 @@ Answers. ``_boxed_ints(action)`` (the library twins' parser, recognised by its e
 is the device parser itself. ``re.findall``/``re.search`` of a ``\\boxed{}`` pattern with
 ``g`` int groups (``(-?\\d+)``, commas and optional ``\\s*``) is mapped to "the device parser
 found exactly ``g`` ints"; these agree on well-formed answers but not on every text (see
-`translate.APPROXIMATE_PARSE`), which the differential check then exercises.
+`pipeline.APPROXIMATE_PARSE`), which the differential check then exercises.
 """
 
 from __future__ import annotations

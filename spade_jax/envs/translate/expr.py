@@ -2,7 +2,7 @@
 conditional expressions (both sides evaluated, merged with ``sel``; the side Python may skip
 is evaluated under a guard, so a draw or mutation there is refused), comparisons (ints, lists,
 the parsed answer, ``in``, ``is None``) and truth values. Subscripts, f-strings and
-comprehensions are in `translate_seq.py`, guards' facts in `translate_facts.py`.
+comprehensions are in `seq.py`, guards' facts in `facts.py`.
 """
 
 from __future__ import annotations

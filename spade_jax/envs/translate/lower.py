@@ -2,14 +2,14 @@
 
 `Lowerer` combines the mixins (module and calls, idioms, expressions, facts, machine ops) with
 the evaluation state: frames of local scopes, ``self`` attributes, the current run-time guard
-(``cond``), facts, and the code being emitted. `translate_program.EnvLowering` drives it over
+(``cond``), facts, and the code being emitted. `program.EnvLowering` drives it over
 the environment class.
 
 Control flow. Ifs with a constant test are folded. A run-time ``if`` runs both branches as
 straight-line code; variables and attributes assigned differently are merged with ``sel``
 (text becomes a two-way choice). After a branch that always returns, only the other branch's
 state continues. Each ``return`` of ``step`` is recorded as a feedback case whose predicate
-is the conjunction of the enclosing run-time conditions (`translate_step.py`): the interpreter
+is the conjunction of the enclosing run-time conditions (`step.py`): the interpreter
 takes the first true case, which reproduces Python's early returns exactly, since a case can
 only be reached when no earlier return fired. ``for`` loops over known-length iterables are
 unrolled; ``while``, ``try``, ``with``, ``raise`` and nested definitions are refused.

@@ -1,11 +1,11 @@
 """Translator building blocks: ints, conditions, lists and text over abstract values.
 
 `Ops` is the half of the lowering that knows the machine: it turns operations on abstract
-values (`translate_values.py`) into instructions with exact Python semantics -- floor ``//``
+values (`values.py`) into instructions with exact Python semantics -- floor ``//``
 and ``%``, results range-checked against int32 (a result that may leave int32 is refused),
 divisors proven non-zero, conditions as 0/1 registers, lists kept element by element or in a
 list register (materialised on demand), text as template items. Everything foldable is
-folded at translation time. `translate_lower.Lowerer` (statements, calls, control flow)
+folded at translation time. `lower.Lowerer` (statements, calls, control flow)
 builds on it.
 """
 
@@ -52,7 +52,7 @@ def int_like(v) -> bool:
 
 
 class Ops:
-  """Machine-level operations; ``self.code`` is the current `translate_ir.Code` (None while
+  """Machine-level operations; ``self.code`` is the current `ir.Code` (None while
   evaluating ``__init__`` and module constants, where only constants may appear)."""
 
   code = None

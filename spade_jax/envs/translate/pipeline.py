@@ -1,13 +1,13 @@
 """Translator: Python environment source -> `EnvProgram`, accepted only after a differential
-check against the sandboxed original (DESIGN.md §2, §5).
+check against the sandboxed original (docs/DESIGN.md §2, §3.6).
 
-* `translate(source, tokenizer, ...)` lowers the source (`translate_program.lower_source`:
+* `translate(source, tokenizer, ...)` lowers the source (`program.lower_source`:
   AST -> virtual-register code -> assembly text) and builds the program with `assembly.assemble`
   (templates tokenised and verified against ``tokenizer.encode``). Anything outside the subset
   gives ``program=None`` and a reason ``"line N: <construct> ..."``.
 * `translate_and_check(source, report=None, tokenizer=None, seeds=64, ...)` translates, then
   plays the original (only in sandboxed workers) and the program on the same draws and scripted
-  answers (`translate_check.py`); any difference rejects the translation with the first
+  answers (`check.py`); any difference rejects the translation with the first
   differing episode in ``translation_reason``. Returns a dict: ``translated``,
   ``translation_reason``, ``checked_episodes``, ``program`` (the `EnvProgram` or None; not
   JSON), ``assembly``, ``answer_parse``, ``tokenizer``, ``timings``.
@@ -159,7 +159,7 @@ def translate_and_check(
   hint: str | None = None,
 ) -> dict:
   """Translate, then accept only if the interpreter matches the sandboxed original on
-  ``seeds`` seeds x the scripts of `translate_check`. ``report`` (a `ValidationReport`, may be
+  ``seeds`` seeds x the scripts of `check`. ``report`` (a `ValidationReport`, may be
   None) is only consulted for its verdict; ``pool`` reuses a `SandboxPool`; ``hint`` is put in
   the program's hint template (not checked: the Python original has no hint)."""
   t0 = time.perf_counter()

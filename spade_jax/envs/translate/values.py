@@ -1,6 +1,6 @@
 """Abstract values of the Python -> `EnvProgram` translator, with exact int32 range reasoning.
 
-The lowering (`translate_lower.py`) evaluates an environment's methods abstractly: a Python
+The lowering (`lower.py`) evaluates an environment's methods abstractly: a Python
 value is either a *constant* (a plain Python object: int, bool, str, None, float, tuple,
 range, dict -- known when the program is built, e.g. constructor arguments) or one of the
 classes below, which stand for values only known at run time and name the virtual register

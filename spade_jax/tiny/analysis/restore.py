@@ -8,7 +8,7 @@ from pathlib import Path
 from spade_jax import checkpoint
 from spade_jax.rl.train_state import abstract_state
 from spade_jax.tiny.config import load_run_config
-from spade_jax.tiny.train import TinySetup
+from spade_jax.tiny.setup import TinySetup
 
 
 def restore_tiny_run(run: Path, need_reference: bool = False):

@@ -86,7 +86,7 @@ def skill_blocks(run_dir: Path) -> dict | None:
   if not path.exists() or json.loads(path.read_text()).get("front_end") != "tiny":
     return None
   from spade_jax.tiny.config import load_run_config
-  from spade_jax.tiny.train import TinySetup
+  from spade_jax.tiny.setup import TinySetup
 
   config = load_run_config(run_dir)
   setup = TinySetup(config)

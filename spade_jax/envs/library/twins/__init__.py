@@ -1,1 +1,1 @@
-"""Python twins of the library programs: standalone environment modules (DESIGN.md section 5)."""
+"""Python twins of the library programs: standalone environment modules (docs/DESIGN.md §3.6)."""
