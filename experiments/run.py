@@ -1,4 +1,4 @@
-"""Runs a spade_jax experiment.
+r"""Runs a spade_jax experiment.
 
   python experiments/run.py --config experiments/configs/NAME.py[:ARG] --workdir DIR \
       [--config.key=value ...]
