@@ -20,6 +20,7 @@ host side of a checkpoint holds.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -208,8 +209,14 @@ class Run:
   def __enter__(self) -> Run:
     return self
 
-  def __exit__(self, *exc) -> None:
-    self.close()
+  def __exit__(self, exc_type, exc, tb) -> None:
+    try:
+      self.close()
+    except Exception as e:
+      if exc_type is None:
+        raise
+      # the loop's own error is the one to raise; a failure to close is reported beside it
+      print(f"warning: closing the run after an error failed too: {e!r}", file=sys.stderr)
 
 
 __all__ = [

@@ -61,12 +61,11 @@ def group_advantages(
   w_GP = keep_GP.astype(_F32)
   n_G = jnp.maximum(jnp.sum(w_GP, axis=-1, keepdims=True), 1.0)
   mean_G = jnp.sum(r_GP * w_GP, axis=-1, keepdims=True) / n_G
+  flat_G = _flat(r_GP, keep_GP)
   if mode == "zscore":
     var_G = jnp.sum(jnp.square(r_GP - mean_G) * w_GP, axis=-1, keepdims=True) / n_G
-    flat_G = _flat(r_GP, keep_GP)
     adv_GP = (r_GP - mean_G) / (jnp.sqrt(var_G) + eps)
   else:
-    flat_G = _flat(r_GP, keep_GP)
     adv_GP = r_GP - mean_G
   return jnp.where(keep_GP & ~flat_G, adv_GP, 0.0), keep_GP
 

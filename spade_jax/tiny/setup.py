@@ -23,10 +23,10 @@ from spade_jax.spade import rewards, skills
 from spade_jax.spade.config import loss_config
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import NUM_SKILLS
-from spade_jax.tiny import iteration
 from spade_jax.tiny.config import TinyRunConfig, typed_config
 from spade_jax.tiny.heldout import LibraryPrograms, training_settings
 from spade_jax.tiny.language import TINY_CONFIG, Language
+from spade_jax.tiny.spec import StepInputs, TinySpec, init_carry
 from spade_jax.tiny.tokenizer import load_tiny_tokenizer
 
 DESIGNER_INSTRUCTION = "Design a game. Skill: {skill}."
@@ -84,7 +84,7 @@ class TinySetup:
     reward = rewards.DesignerRewardConfig(
       variant=s.reward, scale_cap=s.reward_scale_cap, plateau=tuple(s.plateau)
     )
-    self.spec = iteration.TinySpec(
+    self.spec = TinySpec(
       lang=self.lang,
       rollout=self.rollout_spec,
       num_games=s.num_games,
@@ -113,11 +113,7 @@ class TinySetup:
       self.lang, self.tok, c.designer.library_hints, only=tuple(c.families)
     )
     self.train_families, self.heldout_families = self.library.split()
-    fams = [f for f in self.train_families]
-    names = []
-    for f in fams:
-      if FAMILIES[f].skill not in names:
-        names.append(FAMILIES[f].skill)
+    names = list(dict.fromkeys(FAMILIES[f].skill for f in self.train_families))
     self.skill_schedule = skills.SkillSchedule(
       skills=tuple(names), active=min(s.active_skills, len(names))
     )
@@ -133,7 +129,7 @@ class TinySetup:
       with_reference=self.config.train.kl_coef > 0 or self.config.designer.reference_plays > 0,
     )
     first = self.library.by_family[self.train_families[0]]
-    carry = iteration.init_carry(self.spec, first[min(first)], NUM_SKILLS)
+    carry = init_carry(self.spec, first[min(first)], NUM_SKILLS)
     return graphdef, state, carry
 
   # ----------------------------------------------------------------------- per-step inputs
@@ -153,7 +149,7 @@ class TinySetup:
       raise ValueError(f"designer prompt of {len(ids)} tokens > designer.prompt_len")
     return ids
 
-  def inputs(self, step: int, memory: EnvMemory | None) -> iteration.StepInputs:
+  def inputs(self, step: int, memory: EnvMemory | None) -> StepInputs:
     c, G, Tp = self.config, self.config.spade.num_games, self.config.designer.prompt_len
     names = self.skills_of(step)
     prompts = np.zeros((G, Tp), np.int32)
@@ -166,7 +162,7 @@ class TinySetup:
           seed_tokens = self.lang.encode(positives[0].source)
       ids = self.designer_prompt(skill, seed_tokens)
       prompts[g, Tp - len(ids) :], valid[g, Tp - len(ids) :] = ids, True
-    return iteration.StepInputs(
+    return StepInputs(
       step=np.int32(step),
       seed=np.int32(c.seed),
       prompts_GP=prompts,

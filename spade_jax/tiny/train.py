@@ -26,9 +26,9 @@ from spade_jax.spade.memory import EnvMemory
 from spade_jax.tiny import compile_ahead, iteration
 from spade_jax.tiny.config import TinyRunConfig, typed_config
 from spade_jax.tiny.heldout import TinyHeldout
-from spade_jax.tiny.iteration import SOURCES
 from spade_jax.tiny.language import REASONS
 from spade_jax.tiny.setup import TinySetup, place
+from spade_jax.tiny.spec import SOURCES
 
 
 def _scalars(out: dict) -> dict:
