@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from spade_jax.tiny.config import typed_config
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_common", REPO / "benchmarks/common.py")
 common = importlib.util.module_from_spec(_spec)
@@ -19,7 +21,7 @@ def test_tiny_setup_builds_the_named_config():
   import tiny
 
   assert config.to_dict() == tiny.get_config("smoke").to_dict()
-  assert setup.config is config
+  assert setup.config == typed_config(config)  # the setup keeps the typed form of the config
   assert setup.spec.num_games == config.spade.num_games
 
 
