@@ -19,6 +19,7 @@ import pytest
 
 from spade_jax import metrics
 from spade_jax.tiny import iteration
+from spade_jax.tiny.analysis import family_difficulty, pool_families
 from spade_jax.tiny.train import train_tiny
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,42 +213,27 @@ def test_reward_band_and_cap_reach_the_designer_reward():
   assert reward.plateau == (0.05, 0.2, 0.4, 0.7) and reward.scale_cap == 0.5
 
 
-def test_family_difficulty_analysis_reads_a_run(smoke_run):
+def test_family_difficulty_analysis_reads_a_run(smoke_run, capsys):
   """`spade_jax.tiny.analysis.family_difficulty` rebuilds a run's config and checkpoint and
-  prints failure rates of its frozen warm and final policies by family and knob-scale bin."""
-  res = subprocess.run(
-    [sys.executable, "-m", "spade_jax.tiny.analysis.family_difficulty", str(smoke_run[0])]
-    + ["--variants", "1", "--episodes", "1"],
-    capture_output=True,
-    text=True,
-    timeout=600,
-    cwd=REPO,
-  )
-  assert res.returncode == 0, res.stderr[-2000:]
+  prints failure rates of its frozen warm and final policies by family and knob-scale bin.
+  (In process, like `python -m ...` with these arguments: it shares the session's compiled
+  programs; tests/test_tiny_analysis.py checks each tool's command line.)"""
+  family_difficulty.main([str(smoke_run[0]), "--variants", "1", "--episodes", "1"])
+  out = capsys.readouterr().out
   for policy in ("warm", "final"):
-    rates = re.findall(
-      rf"{policy} policy: spread .* family means ([0-9.]+), of bin means", res.stdout
-    )
-    assert len(rates) == 1 and 0.0 <= float(rates[0]) <= 1.0, res.stdout
-  lib = re.findall(r"^  lib +([0-9.]+) \((\d+)\)$", res.stdout, re.M)
+    rates = re.findall(rf"{policy} policy: spread .* family means ([0-9.]+), of bin means", out)
+    assert len(rates) == 1 and 0.0 <= float(rates[0]) <= 1.0, out
+  lib = re.findall(r"^  lib +([0-9.]+) \((\d+)\)$", out, re.M)
   assert len(lib) == 2 and all(0.0 <= float(r) <= 1.0 and int(n) > 0 for r, n in lib)
 
 
-def test_pool_families_analysis_reads_a_run(smoke_run):
+def test_pool_families_analysis_reads_a_run(smoke_run, capsys):
   """`spade_jax.tiny.analysis.pool_families` replays a run's recorded designer games with its
-  frozen warm policy and prints the family mix and failure rates of the first and last quarter."""
-  res = subprocess.run(
-    [sys.executable, "-m", "spade_jax.tiny.analysis.pool_families", str(smoke_run[0])]
-    + ["--episodes", "1"],
-    capture_output=True,
-    text=True,
-    timeout=600,
-    cwd=REPO,
-  )
-  assert res.returncode == 0, res.stderr[-2000:]
-  quarters = re.findall(
-    r"^(first|last) +quarter: (\d+) games .* failure ([0-9.]+);", res.stdout, re.M
-  )
-  assert [q[0] for q in quarters] == ["first", "last"], res.stdout
+  frozen warm policy and prints the family mix and failure rates of the first and last quarter
+  (in process, as above)."""
+  pool_families.main([str(smoke_run[0]), "--episodes", "1"])
+  out = capsys.readouterr().out
+  quarters = re.findall(r"^(first|last) +quarter: (\d+) games .* failure ([0-9.]+);", out, re.M)
+  assert [q[0] for q in quarters] == ["first", "last"], out
   assert all(int(n) > 0 and 0.0 <= float(f) <= 1.0 for _, n, f in quarters)
-  assert re.search(r"^within-family change ([+-][0-9.]+|n/a)$", res.stdout, re.M), res.stdout
+  assert re.search(r"^within-family change ([+-][0-9.]+|n/a)$", out, re.M), out

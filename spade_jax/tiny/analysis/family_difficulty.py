@@ -40,12 +40,12 @@ def scale_bin(params: dict, base: dict, knobs) -> str:
   return "easier" if r < -0.25 else ("harder" if r > 0.25 else "near")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("run")
   ap.add_argument("--episodes", type=int, default=8)
   ap.add_argument("--variants", type=int, default=32)
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   run = Path(args.run)
   config, setup, graphdef, restored = restore_tiny_run(run, need_reference=True)
 

@@ -84,11 +84,11 @@ def within_family_change(table: dict) -> float | None:
   return float((w * d).sum() / w.sum())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("run")
   ap.add_argument("--episodes", type=int, default=8)
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   run = Path(args.run)
   config, setup, graphdef, restored = restore_tiny_run(run, need_reference=True)
   families, library_texts = {}, set()
