@@ -20,6 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from spade_jax import xla_cpu  # noqa: E402
+
+xla_cpu.pin_isa()  # before jax starts: time the numerics experiments/run.py uses
+
 import jax  # noqa: E402
 
 from benchmarks.common import tiny_setup  # noqa: E402

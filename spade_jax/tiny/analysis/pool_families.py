@@ -26,6 +26,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from spade_jax import xla_cpu
 from spade_jax.envs.ir import assembly
 from spade_jax.tiny.analysis.restore import restore_tiny_run
 from spade_jax.tiny.heldout import greedy_rollout
@@ -139,4 +140,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+  xla_cpu.pin_isa()  # before jax starts: replays run with the numerics of experiments/run.py
   main()
