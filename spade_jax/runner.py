@@ -178,6 +178,18 @@ class Run:
     """One step done: the progress bar moves (showing ``row``'s chosen keys)."""
     self.bar.update(1, row)
 
+  def end_step(
+    self, step: int, row: Mapping[str, Any], tree: Any, host: Callable[[], Mapping[str, Any]]
+  ) -> None:
+    """Everything after ``step`` computed ``row``, as both loops do it: log the row, save
+    ``tree`` and ``host()`` (the host dict, built only when a save is due), plot when due,
+    move the progress bar."""
+    self.log(step, row)
+    if self.save_due(step):
+      self.save(step, tree, host())
+    self.plot_if_due(step)
+    self.advance(row)
+
   # ------------------------------------------------------------------------------ closing
   def finish(self) -> None:
     """After the loop: a run resumed when already complete still gets its plots."""

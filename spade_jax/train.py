@@ -258,11 +258,7 @@ def _train(config, run: runner.Run) -> dict:
     _write_transcripts(
       workdir / "transcripts" / f"step{step:06d}.jsonl", transcripts, config.transcripts_per_step
     )
-    run.log(step, row)
-    if run.save_due(step):
-      run.save(step, state, {"loop": loop.host_state()})
-    run.plot_if_due(step)
-    run.advance(row)
+    run.end_step(step, row, state, lambda: {"loop": loop.host_state()})
     last = row
   run.finish()
   return last

@@ -179,15 +179,12 @@ def _train(config: TinyRunConfig, run: runner.Run) -> dict:
       _write_records(setup, workdir, step, out, host)
     if config.eval.every and run.is_final(step):  # the final row: after the last update
       row.update(heldout.evaluate(state.params, _eval_path(workdir, step + 1)))
-    run.log(step, row)
-    if run.save_due(step):
-      run.save(
-        step,
-        {"state": state, "carry": carry},
-        {"pool": host["pool"], "memory": None if memory is None else memory.to_state()},
-      )
-    run.plot_if_due(step)
-    run.advance(row)
+    run.end_step(
+      step,
+      row,
+      {"state": state, "carry": carry},
+      lambda: {"pool": host["pool"], "memory": None if memory is None else memory.to_state()},
+    )
     last = row
   run.finish()
   return last
