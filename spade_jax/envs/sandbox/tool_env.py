@@ -38,7 +38,7 @@ MAX_CALLS_PER_TURN = 8
 TOOL_RESULT_CHARS = 4000
 FORMAT_ERROR_REWARD = -0.1
 FORMAT_ERROR_TEXT = (
-  "Format error: call tools with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> "
+  'Format error: call tools with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
   "or give the final answer as <answer>...</answer>."
 )
 
@@ -130,7 +130,9 @@ def tool_specs(tools) -> list[dict]:
         "function": {
           "name": str(name),
           "description": str(spec.get("description", "")),
-          "parameters": params if isinstance(params, dict) else {"type": "object", "properties": {}},
+          "parameters": params
+          if isinstance(params, dict)
+          else {"type": "object", "properties": {}},
         },
       }
     )
