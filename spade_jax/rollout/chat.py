@@ -82,6 +82,20 @@ class ChatFraming:
     head = [] if ended_with_turn_end else [self.turn_end]
     return [*head, *self.turn_prefix, *tok.encode(content), *self.turn_suffix]
 
+  # -- the interface `rollout.host.play` uses (shared with `rollout.tool_chat.ToolChatFraming`;
+  # games carry nothing in `info` that the framing needs) --------------------------------------
+
+  def open(self, tok: Tokenizer, content: str, info: dict | None = None) -> list[int]:
+    """The first prompt of an episode whose first user message is ``content``."""
+    return self.first_prompt(tok, content)
+
+  def turn(
+    self, tok: Tokenizer, obs: str, info: dict | None = None, *, ended_with_turn_end: bool = True
+  ) -> tuple[list[int], list[dict[str, str]]]:
+    """Forced tokens of the feedback ``obs`` and its transcript message (a ``user`` message)."""
+    tokens = self.feedback(tok, obs, ended_with_turn_end=ended_with_turn_end)
+    return tokens, [{"role": "user", "content": obs}]
+
   def _verify(self, tok: Tokenizer, sys_msgs: list[dict]) -> None:
     for probe in _PROBES:
       want = tok.apply_chat_template(sys_msgs + [{"role": "user", "content": probe}])
