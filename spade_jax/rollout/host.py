@@ -9,6 +9,13 @@ The output is the same ``Trajectories`` layout as the on-device path.
 Episode reward (SPADE_METHOD.md): the terminal step reward clamped to [-1, 1] if the episode
 terminated, else 0. An environment error ends its episode with ``crashed`` set (the caller
 drops it from the agent batch and blames the designer, or not, as it decides).
+
+The framing decides what the model sees (`Framing`): games use `rollout.chat.ChatFraming`
+(feedback = the observation as a user message; ``info`` ignored), tool-use environments
+`rollout.tool_chat.ToolChatFraming` (first prompt with the reset info's ``tools``, feedback =
+the step info's ``tool_results`` as ``tool`` messages plus a revealed ``user_message``). Per
+episode, the step infos' ``tool_calls``, ``tool_errors`` and ``format_error`` are summed into
+the result's counters (zeros for games, whose infos carry none).
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import numpy as np
 
 from spade_jax import trajectories
 from spade_jax.engine.generate import Engine, SamplingParams
-from spade_jax.rollout.chat import ChatFraming
 from spade_jax.tokenizer import Tokenizer
 
 
@@ -31,6 +37,19 @@ class EnvBatch(Protocol):
   def reset(self, idx: Sequence[int], seeds: Sequence[int]) -> list[Any]: ...
 
   def step(self, idx: Sequence[int], actions: Sequence[str]) -> list[Any]: ...
+
+
+class Framing(Protocol):
+  """Token-level chat framing of an episode (`rollout.chat.ChatFraming`,
+  `rollout.tool_chat.ToolChatFraming`)."""
+
+  turn_end: int
+
+  def open(self, tok: Tokenizer, content: str, info: dict | None = None) -> list[int]: ...
+
+  def turn(
+    self, tok: Tokenizer, obs: str, info: dict | None = None, *, ended_with_turn_end: bool = True
+  ) -> tuple[list[int], list[dict[str, str]]]: ...
 
 
 class LocalEnvBatch:
@@ -89,6 +108,15 @@ class EpisodeResult:
   collateral: np.ndarray  # [N] bool: the failure was another env's fault (shared worker died)
   errors: list[str | None]
   transcripts: list[list[dict[str, str]]]  # role/content messages (decoded)
+  # per-episode sums over the step infos (None: zeros, e.g. for games)
+  tool_calls: np.ndarray | None = None  # [N] int32 tool calls run
+  tool_errors: np.ndarray | None = None  # [N] int32 calls that failed
+  format_errors: np.ndarray | None = None  # [N] int32 turns with neither a call nor an answer
+
+  def __post_init__(self):
+    for name in ("tool_calls", "tool_errors", "format_errors"):
+      if getattr(self, name) is None:
+        setattr(self, name, np.zeros(len(self.tokens), np.int32))
 
   @property
   def solved(self) -> np.ndarray:
@@ -111,7 +139,7 @@ class EpisodeResult:
 def play(
   engine: Engine,
   tok: Tokenizer,
-  framing: ChatFraming,
+  framing: Framing,
   envs: EnvBatch,
   seeds: Sequence[int],
   first_message: Callable[[int, str], str],
@@ -123,7 +151,8 @@ def play(
   """Plays one episode per seed (episode ``i`` on environment ``i`` of ``envs``).
 
   ``first_message(i, observation)`` builds episode ``i``'s first user message (instruction
-  preamble, observation, optional hint); feedback observations are framed as they are.
+  preamble, observation, optional hint); the framing frames it with the reset info (a tool
+  episode's tools) and each step's feedback from its observation and info.
   """
   n = len(seeds)
   idx = list(range(n))
@@ -131,18 +160,19 @@ def play(
   collateral = np.zeros(n, bool)
   errors: list[str | None] = [None] * n
   transcripts: list[list[dict[str, str]]] = [[] for _ in range(n)]
+  counters = {k: np.zeros(n, np.int32) for k in ("tool_calls", "tool_errors", "format_errors")}
   first = envs.reset(idx, seeds)
   prompts = []
   for i, res in enumerate(first):
     if isinstance(res, Exception):
       crashed[i], errors[i] = True, f"reset: {type(res).__name__}: {res}"
       collateral[i] = bool(getattr(res, "collateral", False))
-      obs = ""
+      obs, info = "", {}
     else:
-      obs = res[0]
+      obs, info = res[0], _info(res, 1)
     content = first_message(i, obs)
     transcripts[i].append({"role": "user", "content": content})
-    prompts.append(framing.first_prompt(tok, content))
+    prompts.append(framing.open(tok, content, info))
   state = engine.init(
     prompts,
     max_new_tokens=cfg.max_new_tokens,
@@ -188,6 +218,10 @@ def play(
         finish.append(i)
         continue
       obs, r, term, trunc = res[0], float(res[1]), bool(res[2]), bool(res[3])
+      info = _info(res, 4)
+      counters["tool_calls"][i] += _count(info.get("tool_calls"))
+      counters["tool_errors"][i] += _count(info.get("tool_errors"))
+      counters["format_errors"][i] += int(info.get("format_error") is True)
       if term:
         terminated[i], reward[i] = True, np.clip(r, -1.0, 1.0)
       elif trunc or turns[i] >= cfg.max_turns:
@@ -195,8 +229,8 @@ def play(
       if terminated[i] or truncated[i]:
         finish.append(i)
         continue
-      transcripts[i].append({"role": "user", "content": obs})
-      fb = framing.feedback(tok, obs, ended_with_turn_end=stop)
+      fb, messages = framing.turn(tok, obs, info, ended_with_turn_end=stop)
+      transcripts[i].extend(messages)
       if state.cache.index + len(fb) + 1 >= state.cache_size:  # no room for another turn
         truncated[i] = True
         finish.append(i)
@@ -227,4 +261,17 @@ def play(
     collateral,
     errors,
     transcripts,
+    **counters,
   )
+
+
+def _info(res, at: int) -> dict:
+  """The info dict at position ``at`` of a reset/step result ({} when absent or malformed)."""
+  info = res[at] if isinstance(res, tuple | list) and len(res) > at else None
+  return info if isinstance(info, dict) else {}
+
+
+def _count(value) -> int:
+  """A step info's counter (an environment's info is untrusted: anything else counts 0)."""
+  ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 2**20
+  return int(value) if ok else 0
