@@ -169,14 +169,22 @@ def _train(config, run: runner.Run) -> dict:
       hint_temperature=config.designer.hint_temperature,
       hint_max_new_tokens=config.designer.hint_max_new_tokens,
       use_memory=s.memory,
+      setting=config.setting,
+      tool_difficulties=tuple(spade_config.tool_difficulties(config)),
+      multi_instruction=config.designer.multi_instruction,
     ),
     validator,
     workdir / "envs",
     translate_seeds=config.spade.translate_seeds,
     max_context=config.designer.max_context,
   )
-  device = None
-  if config.agent.device_rollout:
+  device, framing = None, None
+  if config.setting == "tool_use":  # tool environments run on the host, in the sandbox pool
+    from spade_jax.rollout.tool_chat import ToolChatFraming
+    from spade_jax.spade.tool_prompts import TOOL_AGENT_SYSTEM
+
+    framing = ToolChatFraming.from_tokenizer(tok, system=TOOL_AGENT_SYSTEM)
+  elif config.agent.device_rollout:
     from spade_jax.rollout.device import DeviceRollout
 
     device = DeviceRollout(
@@ -197,6 +205,7 @@ def _train(config, run: runner.Run) -> dict:
     advantage=config.train.advantage,
     dynamic_sampling=config.train.dynamic_sampling,
     dynamic_rounds=config.train.dynamic_sampling_rounds,
+    framing=framing,
   )
   reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
   loop = SpadeLoop(
@@ -210,7 +219,9 @@ def _train(config, run: runner.Run) -> dict:
       global_batch=config.train.global_batch,
       seq_len=config.train.seq_len,
       reward=reward_cfg,
-      schedule=skills.SkillSchedule(active=s.active_skills),
+      schedule=skills.SkillSchedule(
+        skills=spade_config.setting_skills(config.setting), active=s.active_skills
+      ),
     ),
     designer,
     player,

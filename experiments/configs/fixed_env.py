@@ -4,7 +4,8 @@
       --workdir runs/fixed_smollm2
 
 `model` picks the base experiment whose model and budgets are reused (smollm2_cpu, qwen3,
-llama); the reward variant is forced to `fixed`.
+llama, tool_use: the tool-use setting's Qwen3-4B recipe, or its SmolLM2 budgets with `smoke`);
+the reward variant is forced to `fixed`, so the agent trains on the setting's library pool.
 """
 
 import importlib.util
@@ -22,7 +23,9 @@ def _load(name):
 
 
 def get_config(arg: str = "model=smollm2_cpu"):
-  args = parse_config_arg(arg, {"model": ("smollm2_cpu", "qwen3", "llama"), "smoke": ("1",)})
+  args = parse_config_arg(
+    arg, {"model": ("smollm2_cpu", "qwen3", "llama", "tool_use"), "smoke": ("1",)}
+  )
   base = _load(args.get("model", "smollm2_cpu"))
   c = base.get_config("smoke" if "smoke" in args else "")
   c.spade.reward = "fixed"

@@ -3,7 +3,8 @@
 Every valid game is played ``plays`` times without the hint at every step of its window, and
 ``hint_plays`` times with the hint at the pool's first step, on the *same* seeds as the first
 unhinted plays (matched problem instances, identical decoding), so regret compares like with
-like. Seeds are explicit per (run seed, step, game, play). Games whose translation passed the
+like; hinted plays beyond ``plays`` (the tool-use recipe plays 16 hinted) take the seeds the
+unhinted plays would have had with more plays. Seeds are explicit per (run seed, step, game, play). Games whose translation passed the
 differential check are played by the on-device rollout (`rollout.device.DeviceRollout`: the
 whole multi-turn episode in one jitted loop, the program interpreted on device); the others,
 and translated games whose first message does not fit the device templates, run through the
@@ -83,15 +84,13 @@ class AgentPlayer:
     advantage: str = "zscore",
     dynamic_sampling: bool = False,
     dynamic_rounds: int = 3,
+    framing=None,
   ):
     """``device``: a `rollout.device.DeviceRollout` for translated games (None: all on host).
     ``advantage``: `rl.advantages.MODES`; ``dynamic_sampling``, ``dynamic_rounds``: DAPO's
-    filter and refill (module docstring)."""
-    if hint_plays > plays:
-      raise ValueError(
-        f"hint_plays={hint_plays} > plays={plays}: hinted plays reuse the seeds "
-        "of the first unhinted plays"
-      )
+    filter and refill (module docstring). ``framing``: the chat framing of host episodes (None:
+    the games' `ChatFraming` with the agent system prompt; the tool-use setting passes a
+    `rollout.tool_chat.ToolChatFraming`)."""
     if advantage not in advantages.MODES:
       raise ValueError(f"advantage={advantage!r}; expected one of {advantages.MODES}")
     if dynamic_rounds < 1:
@@ -100,7 +99,7 @@ class AgentPlayer:
     self.dynamic_sampling, self.dynamic_rounds = dynamic_sampling, dynamic_rounds
     self.engine, self.tok, self.rollout, self.pool = engine, tok, rollout, pool
     self.plays, self.hint_plays, self.device = plays, hint_plays, device
-    self.framing = ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM)
+    self.framing = framing or ChatFraming.from_tokenizer(tok, system=prompts.AGENT_SYSTEM)
     self.games: list[GameEnv | None] = []
     self._instances: dict[int, list] = {}
     self.on_device: set[int] = set()

@@ -11,12 +11,20 @@ import ml_collections
 from spade_jax.rl import advantages, losses
 from spade_jax.spade.heldout import DEFAULT_TASKS, TASK_BUCKET
 from spade_jax.spade.rewards import VARIANTS
+from spade_jax.spade.skills import GAMES_SKILLS, TOOL_SKILLS
+from spade_jax.spade.tool_prompts import DIFFICULTIES
+
+SETTINGS = ("games", "tool_use")
 
 
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.steps = 8
+  # "games": cognitive games answered in \boxed{} (skills.GAMES_SKILLS, library game twins);
+  # "tool_use": ToolEnv environments played by a tool-calling agent on the host (skills.TOOL_SKILLS,
+  # the tool library, rollout.tool_chat framing, tool_prompts)
+  c.setting = "games"
 
   c.model = ml_collections.ConfigDict()
   c.model.path = "smollm2"  # HF dir, .gguf file, "smollm2", or a hub id (with a network)
@@ -33,7 +41,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.spade.delay = 0  # 0: one regen interval
   c.spade.active_skills = 3
   c.spade.plays = 8  # unhinted plays per game per step
-  c.spade.hint_plays = 8  # hinted plays per game at the pool's first step (same seeds)
+  # hinted plays per game at the pool's first step: hinted play h uses unhinted play h's seed
+  # (matched instances) while h < plays, fresh seeds beyond
+  c.spade.hint_plays = 8
   c.spade.max_attempts = 5
   c.spade.reward = "regret"
   c.spade.reward_scale_cap = 50.0
@@ -50,6 +60,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.designer.hint_temperature = 0.3
   c.designer.hint_max_new_tokens = 128
   c.designer.max_context = 32768
+  # tool_use: the difficulty of game g's prompt cycles through this list, and this fraction of
+  # the prompts asks for a multi-instruction (BFCL multi-turn style) environment
+  c.designer.tool_difficulties = "easy,medium,hard"
+  c.designer.multi_instruction = 0.5
 
   c.agent = ml_collections.ConfigDict()
   c.agent.temperature = 0.6
@@ -132,13 +146,24 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     f"spade.delay={s.delay} must be a positive multiple of regen_interval={s.regen_interval}",
   )
   need(s.plays > 0, f"spade.plays must be positive, got {s.plays}")
+  need(s.hint_plays >= 0, f"spade.hint_plays must be >= 0, got {s.hint_plays}")
+  need(c.setting in SETTINGS, f"setting={c.setting!r}; expected one of {', '.join(SETTINGS)}")
   need(
-    0 <= s.hint_plays <= s.plays,
-    f"spade.hint_plays={s.hint_plays} must be in [0, plays={s.plays}] (matched seeds)",
+    1 <= s.active_skills <= len(setting_skills(c.setting)),
+    f"spade.active_skills must lie in [1, {len(setting_skills(c.setting))}], got {s.active_skills}",
+  )
+  bad = [d for d in tool_difficulties(c) if d not in DIFFICULTIES]
+  need(
+    not bad and tool_difficulties(c),
+    f"designer.tool_difficulties={c.designer.tool_difficulties!r}; expected a comma-separated "
+    f"list of {', '.join(DIFFICULTIES)}",
+  )
+  need(
+    0.0 <= c.designer.multi_instruction <= 1.0,
+    f"designer.multi_instruction must be in [0, 1], got {c.designer.multi_instruction}",
   )
   need(s.max_attempts > 0, f"spade.max_attempts must be positive, got {s.max_attempts}")
   need(s.reward in VARIANTS, f"spade.reward={s.reward!r}; expected one of {', '.join(VARIANTS)}")
-  need(1 <= s.active_skills, f"spade.active_skills must be >= 1, got {s.active_skills}")
   need(
     c.model.dtype in ("float32", "bfloat16"),
     f"model.dtype={c.model.dtype!r}; expected float32 or bfloat16",
@@ -184,6 +209,16 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     len(c.mesh.shape) == 3,
     f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",
   )
+
+
+def setting_skills(setting: str) -> tuple[str, ...]:
+  """The skills a setting's pools rotate through."""
+  return TOOL_SKILLS if setting == "tool_use" else GAMES_SKILLS
+
+
+def tool_difficulties(c) -> list[str]:
+  """`designer.tool_difficulties` as a list."""
+  return [d.strip() for d in c.designer.tool_difficulties.split(",") if d.strip()]
 
 
 def loss_problems(train) -> list[str]:

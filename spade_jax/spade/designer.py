@@ -22,7 +22,7 @@ import numpy as np
 
 from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.envs.sandbox import validate as validation
-from spade_jax.spade import prompts
+from spade_jax.spade import prompts, tool_prompts
 from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import get_skill
@@ -40,6 +40,14 @@ class DesignerConfig:
   hint_temperature: float = 0.3
   hint_max_new_tokens: int = 96
   use_memory: bool = True
+  setting: str = "games"  # or "tool_use" (spade.config.SETTINGS)
+  tool_difficulties: tuple[str, ...] = ("easy", "medium", "hard")  # cycled over game slots
+  multi_instruction: float = 0.5  # share of tool prompts asking for multi-instruction tasks
+
+  @property
+  def kind(self) -> str:
+    """The environment kind this setting's designer must write ("game" or "tool")."""
+    return "tool" if self.setting == "tool_use" else "game"
 
 
 @dataclasses.dataclass
@@ -57,6 +65,7 @@ class GameEnv:
   translation_reason: str = "translator not available"
   program: Any = None  # an EnvProgram when translated
   file: str = ""
+  kind: str = "game"  # "tool": a ToolEnv played by the tool-calling agent, on the host
 
   def to_state(self) -> dict:
     """JSON-able state; the program's arrays are kept so a resumed run plays the same games
@@ -96,6 +105,29 @@ def _translate(source: str, tokenizer, hint: str, seeds: int) -> dict:
     return translate.translate_and_check(source, None, tokenizer=tokenizer, seeds=seeds, hint=hint)
   except Exception as e:
     return {"translated": False, "translation_reason": f"translator failed: {e}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryEntry:
+  """One library environment as the seed pool uses it."""
+
+  name: str
+  skill: str
+  source: str
+  class_name: str
+
+
+def library_entries(kind: str) -> list[LibraryEntry]:
+  """The library environments of a kind: the games' Python twins, or the tool library."""
+  if kind == "tool":
+    from spade_jax.envs.library.tool_library import TOOL_ENVS
+
+    return [LibraryEntry(e.name, e.skill, e.source, e.class_name) for e in TOOL_ENVS.values()]
+  from spade_jax.envs.library import FAMILIES
+
+  return [
+    LibraryEntry(f.name, f.skill, f.twin_source(), f.twin.__name__) for f in FAMILIES.values()
+  ]
 
 
 class Designer:
@@ -168,11 +200,7 @@ class Designer:
         if memory is not None and cfg.use_memory:
           seeds, negative = memory.select(skills[g], seed=(seed, gen_step, g, attempt))
         doc = corpus.next() if corpus is not None else None
-        convs.append(
-          prompts.designer_messages(
-            get_skill(skills[g]), document=doc, seeds=seeds, negative=negative
-          )
-        )
+        convs.append(self.messages(skills[g], doc, seeds, negative, (seed, gen_step, g, attempt)))
       t = time.perf_counter()
       prompt_ids, out = self._sample(
         convs,
@@ -189,6 +217,12 @@ class Designer:
         text = self.tok.decode(resp[:-1] if out.finished[k] else resp)
         t = time.perf_counter()
         report = validation.validate(text, self.validator)
+        if report.valid and report.kind != cfg.kind:
+          report.valid, report.stage = False, "static"
+          report.reason = (
+            f"a {report.kind} environment where the {cfg.setting} setting needs a {cfg.kind} "
+            "environment"
+          )
         timing["validate"] += time.perf_counter() - t
         stages[report.stage] = stages.get(report.stage, 0) + 1
         stem = f"step{gen_step:06d}_game{g:02d}_attempt{attempt}"
@@ -212,6 +246,7 @@ class Designer:
             attempt=attempt,
             gen_step=gen_step,
             file=f"{stem}.py",
+            kind=cfg.kind,
           )
         (self.envs_dir / f"{stem}.json").write_text(json.dumps(verdict, indent=1, default=str))
         samples.append(
@@ -246,6 +281,23 @@ class Designer:
       metrics[f"designer/stage/{stage}"] = float(n)
     return games, samples, metrics
 
+  def messages(self, skill: str, document, seeds, negative, key: tuple) -> list[dict]:
+    """The designer prompt of one attempt (``key``: run seed, step, game, attempt)."""
+    cfg = self.cfg
+    if cfg.kind == "game":
+      return prompts.designer_messages(
+        get_skill(skill), document=document, seeds=seeds, negative=negative
+      )
+    levels = cfg.tool_difficulties
+    return tool_prompts.tool_designer_messages(
+      get_skill(skill),
+      difficulty=levels[key[2] % len(levels)],
+      multi_instruction=derive_seed(*key, 5) % 1000 < cfg.multi_instruction * 1000,
+      document=document,
+      seeds=seeds,
+      negative=negative,
+    )
+
   def write_hints(self, games: list[GameEnv], *, seed: int, params=None) -> float:
     """Fills ``g.hint`` (hint-writer role, not trained) and the translation status of each
     game; returns the seconds spent."""
@@ -254,7 +306,12 @@ class Designer:
     cfg = self.cfg
     t = time.perf_counter()
     _, out = self._sample(
-      [prompts.hint_writer_messages(g.source) for g in games],
+      [
+        tool_prompts.tool_hint_writer_messages(g.source)
+        if g.kind == "tool"
+        else prompts.hint_writer_messages(g.source)
+        for g in games
+      ],
       temperature=cfg.hint_temperature,
       top_p=1.0,
       top_k=0,
@@ -265,7 +322,10 @@ class Designer:
     for k, g in enumerate(games):
       resp = out.tokens[k]
       g.hint = prompts.parse_hint(self.tok.decode(resp[:-1] if out.finished[k] else resp))
-      tr = _translate(g.source, self.tok, g.hint, self.translate_seeds)
+      if g.kind == "tool":
+        tr = {"translated": False, "translation_reason": "tool environments run on the host"}
+      else:
+        tr = _translate(g.source, self.tok, g.hint, self.translate_seeds)
       g.translated = bool(tr.get("translated", False))
       g.translation_reason = str(tr.get("translation_reason", ""))
       g.program = tr.get("program")
@@ -277,18 +337,15 @@ class Designer:
   def library_pool(
     self, *, gen_step: int, skills: list[str], seed: int, params=None
   ) -> list[GameEnv]:
-    """The seed pool: library Python twins (trusted, still run in the sandbox), one per
-    game slot, preferring a family of the slot's skill; hints by the policy's hint writer."""
-    from spade_jax.envs.library import FAMILIES
-
-    families = list(FAMILIES.values())
+    """The seed pool: library environments (trusted, still run in the sandbox) of the setting,
+    one per game slot, preferring one of the slot's skill; hints by the policy's hint writer."""
+    entries = library_entries(self.cfg.kind)
     games = []
     for g, skill in enumerate(skills):
-      same = [f for f in families if f.skill == skill] or families
-      fam = same[derive_seed(seed, gen_step, g) % len(same)]
-      stem = f"step{gen_step:06d}_game{g:02d}_library_{fam.name}"
-      source = fam.twin_source()
-      (self.envs_dir / f"{stem}.py").write_text(source)
+      same = [e for e in entries if e.skill == skill] or entries
+      entry = same[derive_seed(seed, gen_step, g) % len(same)]
+      stem = f"step{gen_step:06d}_game{g:02d}_library_{entry.name}"
+      (self.envs_dir / f"{stem}.py").write_text(entry.source)
       (self.envs_dir / f"{stem}.json").write_text(
         json.dumps(
           {
@@ -298,7 +355,7 @@ class Designer:
             "skill": skill,
             "gen_step": gen_step,
             "game": g,
-            "family": fam.name,
+            "family": entry.name,
           },
           indent=1,
         )
@@ -307,12 +364,13 @@ class Designer:
         GameEnv(
           game=g,
           skill=skill,
-          source=source,
-          class_name=fam.twin.__name__,
+          source=entry.source,
+          class_name=entry.class_name,
           hint="",
           attempt=-1,
           gen_step=gen_step,
           file=f"{stem}.py",
+          kind=self.cfg.kind,
         )
       )
     seconds = self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)

@@ -140,22 +140,101 @@ TAXONOMY: tuple[Skill, ...] = (
   ),
 )
 
-NUM_SKILLS = len(TAXONOMY)
+#: The tool-use setting's six skills (what a designer-written tool environment exercises).
+TOOL_TAXONOMY: tuple[Skill, ...] = (
+  Skill(
+    "API Orchestration",
+    "Chaining several tool calls that change state one after another, where each call needs the "
+    "state the previous one left behind.",
+    (
+      "check a balance, transfer funds, then confirm the new balance",
+      "find flights, book one, add the passenger, confirm the booking",
+      "search the stock, reserve items, then issue the invoice",
+      "open a ticket, assign it, then close it with a resolution",
+    ),
+  ),
+  Skill(
+    "Data Retrieval",
+    "Discovering information through query tools first, then combining what they returned "
+    "into an exact answer; no single call tells the whole story.",
+    (
+      "list a folder, open the right file and extract one figure",
+      "look up a customer, read their orders, report the latest total",
+      "query records matching a condition and compute an aggregate",
+      "read current settings and report which differ from a target",
+    ),
+  ),
+  Skill(
+    "State Modification",
+    "Carrying out a sequence of writes whose preconditions depend on earlier writes, so the "
+    "order of operations matters and the final state is what is graded.",
+    (
+      "create an account, grant permissions, add it to a group",
+      "build a directory tree and move files into place",
+      "prepare a vehicle (doors, engine, fuel) before driving",
+      "rebalance a portfolio with a series of buy and sell orders",
+    ),
+  ),
+  Skill(
+    "Error Recovery",
+    "Noticing that a tool call failed or returned something unexpected, finding out why with "
+    "other tools, and retrying correctly.",
+    (
+      "a move fails with 'not found': search for the right path and retry",
+      "a payment is declined: check the limit and split the payment",
+      "a booking conflicts: find a free slot and rebook",
+      "a name is ambiguous: list candidates and pick by a stated rule",
+    ),
+  ),
+  Skill(
+    "Tool Selection",
+    "Choosing the right tool among similar alternatives from the current state, instead of "
+    "calling everything or guessing.",
+    (
+      "decide between create and update after checking existence",
+      "pick the converter that matches a file's format",
+      "use the cheap lookup when it suffices, the full search otherwise",
+      "route a request to the department that owns it",
+    ),
+  ),
+  Skill(
+    "Multi-Step Workflows",
+    "Following an ordered procedure of many steps where later steps use results of earlier "
+    "ones, often as a series of requests from the user.",
+    (
+      "order processing: search, check stock, reserve, pay, notify",
+      "file management: list, navigate, create, move, verify",
+      "system setup: check status, configure, enable, test, log",
+      "data pipeline: query, filter, transform, write, validate",
+    ),
+  ),
+)
+
+#: Per-skill arrays (reward trackers ``[NUM_SKILLS]``) hold either setting: a run uses the
+#: games taxonomy or the tool-use one, and a tool skill's id is its index in TOOL_TAXONOMY.
+NUM_SKILLS = max(len(TAXONOMY), len(TOOL_TAXONOMY))
 SKILL_NAMES: tuple[str, ...] = tuple(s.name for s in TAXONOMY)
+TOOL_SKILL_NAMES: tuple[str, ...] = tuple(s.name for s in TOOL_TAXONOMY)
 
 #: The six skills of the released games recipe; the remaining three complete the taxonomy.
 GAMES_SKILLS: tuple[str, ...] = SKILL_NAMES[:6]
+#: The tool-use recipe rotates through all six tool-use skills.
+TOOL_SKILLS: tuple[str, ...] = TOOL_SKILL_NAMES
 
 
 def skill_index(name: str) -> int:
-  """Stable integer id of a skill (its index in :data:`TAXONOMY`)."""
-  try:
-    return SKILL_NAMES.index(name)
-  except ValueError:
-    raise ValueError(f"unknown skill {name!r}; known skills: {', '.join(SKILL_NAMES)}") from None
+  """Stable integer id of a skill: its index in :data:`TAXONOMY`, or in
+  :data:`TOOL_TAXONOMY` for a tool-use skill (the two settings never share a run)."""
+  for names in (SKILL_NAMES, TOOL_SKILL_NAMES):
+    if name in names:
+      return names.index(name)
+  known = ", ".join(SKILL_NAMES + TOOL_SKILL_NAMES)
+  raise ValueError(f"unknown skill {name!r}; known skills: {known}")
 
 
 def get_skill(name: str) -> Skill:
+  if name in TOOL_SKILL_NAMES:
+    return TOOL_TAXONOMY[TOOL_SKILL_NAMES.index(name)]
   return TAXONOMY[skill_index(name)]
 
 
@@ -163,7 +242,7 @@ def get_skill(name: str) -> Skill:
 class SkillSchedule:
   """Which skills rotate through the pool.
 
-  skills: names (from :data:`TAXONOMY`) in rotation order.
+  skills: names (from :data:`TAXONOMY`, or all from :data:`TOOL_TAXONOMY`) in rotation order.
   active: how many skills each regeneration epoch activates (the window size ``k``).
   """
 
@@ -177,6 +256,9 @@ class SkillSchedule:
       skill_index(name)
     if len(set(self.skills)) != len(self.skills):
       raise ValueError(f"SkillSchedule.skills has duplicates: {self.skills}")
+    tool = [name in TOOL_SKILL_NAMES for name in self.skills]
+    if any(tool) and not all(tool):
+      raise ValueError("SkillSchedule.skills mixes games and tool-use skills (ids would collide)")
     if not 1 <= self.active <= len(self.skills):
       raise ValueError(
         f"SkillSchedule.active={self.active} must lie in [1, {len(self.skills)}] "
