@@ -347,3 +347,16 @@ def test_play_tool_episodes(model, kind):
   runs, _ = _runs(res.tokens[0], res.loss_mask[0])
   msgs, kw = _template_conv(framing, SYSTEM, tools, res.transcripts[0][:-1])
   assert res.tokens[0][: -len(runs[-1])] == tok.apply_chat_template(msgs, **kw)
+
+
+def test_malformed_step_info_is_shown_not_raised():
+  tok = _tok("qwen3")
+  framing = ToolChatFraming.from_tokenizer(tok)
+  _, msgs = framing.turn(tok, "obs", {"tool_results": ["x", {"name": None, "content": 3}]})
+  assert msgs == [{"role": "tool", "name": "", "content": "x"}, _tool_msg("3")]
+  assert framing.turn(tok, 7, {"tool_results": "nope"})[1] == [{"role": "user", "content": "7"}]
+  assert framing.open(tok, "go", {"tools": "nope"}) == framing.open(tok, "go", None)
+
+
+def _tool_msg(content, name=""):
+  return {"role": "tool", "name": name, "content": content}

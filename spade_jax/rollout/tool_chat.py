@@ -19,11 +19,12 @@ the ``<tool_call>`` instruction (`tools_system_text`), and each run of tool resu
 As in `rollout.chat`, the conversation is never re-rendered. The first prompt is the template's
 tokenisation of system + first user message with the episode's tools; every feedback appends
 the template's own *delta* for "assistant turn ended, these messages follow, assistant starts",
-taken from a marker conversation of the same message roles (computed once per role sequence,
-then cached). The framing must equal the template's tokenisation of the whole conversation;
-this is verified at construction on probe conversations (tool calls in the assistant text, one
-and several tool results, a revealed instruction, plain feedback) and once for each new role
-sequence, so a template that cannot be framed this way is refused with a `FramingError`.
+taken from a marker conversation of the same message roles (once per role sequence, cached;
+all that a `ToolEnv` step can produce are built at construction). The framing must equal the
+template's tokenisation of the whole conversation; this is verified at construction for every
+such role sequence and on multi-turn probe conversations (tool calls in the assistant text, one
+and several tool results, a revealed instruction, plain feedback), so a template that cannot
+be framed this way is refused with a `FramingError`.
 
 Assistant turns are kept as sampled. Qwen3's template drops ``<think>`` blocks of assistant
 turns before the last real user query when it re-renders a history; the framing deliberately
@@ -35,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from spade_jax.envs.sandbox.tool_env import MAX_CALLS_PER_TURN
 from spade_jax.rollout.chat import FramingError
 from spade_jax.tokenizer import Tokenizer
 
@@ -108,12 +110,18 @@ def tool_response_text(contents: list[str]) -> str:
 
 
 def feedback_messages(obs: str, info: dict | None) -> list[dict[str, str]]:
-  """The messages that follow an assistant turn, from a step's observation and info."""
-  info = info or {}
-  results = info.get("tool_results") or []
-  if not results:
-    return [_user(obs)]
-  msgs = [_tool(str(r.get("content", "")), str(r.get("name") or "")) for r in results]
+  """The messages that follow an assistant turn, from a step's observation and info (which
+  may come from a sandbox: anything malformed is shown as text, never raised)."""
+  info = info if isinstance(info, dict) else {}
+  results = info.get("tool_results")
+  if not isinstance(results, list) or not results:
+    return [_user(str(obs))]
+  msgs = [
+    _tool(str(r.get("content", "")), str(r.get("name") or ""))
+    if isinstance(r, dict)
+    else _tool(str(r), "")
+    for r in results
+  ]
   if info.get("user_message") is not None:
     msgs.append(_user(str(info["user_message"])))
   return msgs
@@ -146,7 +154,8 @@ class ToolChatFraming:
 
   def open(self, tok: Tokenizer, content: str, info: dict | None = None) -> list[int]:
     """System (with the episode's tools) + the first user message + the generation prompt."""
-    tools = list((info or {}).get("tools") or [])
+    tools = info.get("tools") if isinstance(info, dict) else None
+    tools = list(tools) if isinstance(tools, list) else []
     return self._ids(tok, self._head(tools) + [_user(content)], tools)
 
   def turn(
@@ -250,7 +259,13 @@ class ToolChatFraming:
       )
 
   def _verify(self, tok: Tokenizer) -> None:
-    """Multi-turn probes: every prefix of the framed stream equals the template's tokens."""
+    """Every feedback shape a `ToolEnv` step can produce (plain feedback; 1 to
+    ``MAX_CALLS_PER_TURN + 1`` tool results, with or without a revealed instruction), then
+    multi-turn probes: every prefix of the framed stream equals the template's tokens."""
+    self._delta(tok, ("user",))
+    for k in range(1, MAX_CALLS_PER_TURN + 2):
+      self._delta(tok, ("tool",) * k)
+      self._delta(tok, ("tool",) * k + ("user",))
     for tools in (_PROBE_TOOLS, []):
       first = "Use the tools to find the value of a b. Answer as <answer>...</answer>."
       ids, conv = self.open(tok, first, {"tools": tools}), [_user(first)]
