@@ -1,15 +1,17 @@
 """`python -m spade_jax.envs.check FILE --json [--tokenizer PATH] [--seeds N]`
 (docs/DESIGN.md §3.4).
 
-Validates an environment file (a Python source or a model response containing one) and, when
-it is valid, hands it to the translator for lowering to an `EnvProgram` with differential
-checking. Prints one JSON object (`--json`) or a short human-readable summary. Exit status: 0
+Validates an environment file (a Python source or a model response containing one; a game or a
+tool environment, see sandbox/validate.py) and, when it is a valid game, hands it to the
+translator for lowering to an `EnvProgram` with differential checking. Tool environments are
+never translated (`"translated": false`, `"translation_reason": "tool environments run on the
+host"`). Prints one JSON object (`--json`) or a short human-readable summary. Exit status: 0
 valid, 1 invalid, 2 usage error (missing/unreadable file, bad arguments). The file is only
 read and parsed here; it executes exclusively in sandboxed worker processes.
 
-JSON keys: valid, stage ("ok" or the first failing stage), reason, translated,
-translation_reason, checked_episodes, timings (seconds per stage), class_name, repairs,
-validation_seeds, sandbox_layers, file.
+JSON keys: valid, stage ("ok" or the first failing stage), reason, kind ("game" or "tool"),
+translated, translation_reason, checked_episodes, timings (seconds per stage), class_name,
+repairs, validation_seeds, sandbox_layers, file.
 
 Translation seam: if the module `spade_jax.envs.translate.pipeline` exists, its
 `translate_and_check(source, report, tokenizer=None, seeds=64)` is called with the extracted
@@ -32,6 +34,7 @@ from spade_jax.envs.sandbox.pool import SandboxConfig
 from spade_jax.envs.sandbox.validate import ValidationReport, ValidatorConfig, validate
 
 TRANSLATOR_MODULE = "spade_jax.envs.translate.pipeline"
+TOOL_NOT_TRANSLATED = "tool environments run on the host"
 
 
 def translate(source: str, report: ValidationReport, tokenizer: str | None, seeds: int) -> dict:
@@ -90,7 +93,7 @@ def _usage_error(msg: str) -> int:
 
 def _summary(out: dict) -> str:
   verdict = "VALID" if out["valid"] else f"INVALID at stage '{out['stage']}': {out['reason']}"
-  lines = [f"{out['file']}: {verdict}"]
+  lines = [f"{out['file']}: {verdict}", f"  kind: {out['kind']}"]
   if out.get("class_name"):
     lines.append(f"  class: {out['class_name']}")
   for note in out.get("repairs", []):
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     "valid": report.valid,
     "stage": report.stage,
     "reason": report.reason,
+    "kind": report.kind,
     "translated": False,
     "translation_reason": "not attempted: validation failed",
     "checked_episodes": 0,
@@ -137,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     "validation_seeds": report.seeds,
     "sandbox_layers": report.sandbox_layers,
   }
-  if report.valid:
+  if report.kind == "tool":
+    out["translation_reason"] = TOOL_NOT_TRANSLATED
+  elif report.valid:
     t = time.perf_counter()
     result = translate(report.source, report, args.tokenizer, args.seeds)
     result.pop("program", None)  # the EnvProgram itself is not JSON

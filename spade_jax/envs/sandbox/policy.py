@@ -13,7 +13,13 @@ attributes (the `().__class__.__base__.__subclasses__()` family), frame/code/tra
 attributes (`gi_frame`, `f_back`, `f_globals`, `tb_frame`, ...), private attributes of anything
 but `self`/`cls`, assignments into imported modules (monkeypatching `random.Random.randint`),
 attribute walks inside literal `str.format` templates, and sources that do not define exactly
-one `*Env` class with `reset(self, seed)`, `step(self, action)` and `solution(self)`.
+one `*Env` class of the right shape.
+
+Two kinds of environment pass (`source_kind`): a *game*, whose `*Env` class defines
+`reset(self, seed)`, `step(self, action)` and `solution(self)`; and a *tool environment*, whose
+`*Env` class subclasses `ToolEnv` (`from tool_env import ToolEnv`, or `tool_env.ToolEnv`),
+directly or through classes defined in the same module, and defines `reset(self, seed)` and
+`solution(self)` but not `step` (ToolEnv owns the tool-call protocol; see sandbox/tool_env.py).
 """
 
 from __future__ import annotations
@@ -24,8 +30,20 @@ from dataclasses import dataclass
 
 # docs/DESIGN.md §3.6: the only modules an environment may import. `__future__` is a compiler
 # directive (e.g. `from __future__ import annotations`), not a runtime capability.
+# `tool_env` is the sandbox's own ToolEnv base (sandbox/tool_env.py), served read-only.
 ALLOWED_MODULES = frozenset(
-  {"random", "re", "math", "itertools", "collections", "functools", "string", "__future__"}
+  {
+    "random",
+    "re",
+    "math",
+    "itertools",
+    "collections",
+    "functools",
+    "string",
+    "json",
+    "tool_env",
+    "__future__",
+  }
 )
 # Submodules importable as `import collections.abc` / `from collections.abc import X`.
 ALLOWED_SUBMODULES = frozenset({"collections.abc"})
@@ -82,6 +100,9 @@ FRAME_ATTRIBUTES = frozenset(
   }
 )
 REQUIRED_METHODS = {"reset": 2, "step": 2, "solution": 1}  # positional args incl. self
+TOOL_REQUIRED_METHODS = {"reset": 2, "solution": 1}  # a ToolEnv subclass; step is ToolEnv's
+TOOL_MODULE, TOOL_BASE = "tool_env", "ToolEnv"
+KINDS = ("game", "tool")
 MAX_SOURCE_CHARS = 200_000
 
 
@@ -256,11 +277,99 @@ def parse_source(source: str) -> tuple[ast.Module | None, StaticIssue | None]:
     return None, StaticIssue(f"source cannot be parsed: {type(e).__name__}")
 
 
+def _tool_base_refs(tree: ast.Module) -> tuple[set[str], set[str]]:
+  """(names bound to tool_env.ToolEnv, names bound to the tool_env module) by imports."""
+  names, modules = set(), set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == TOOL_MODULE and not node.level:
+      names.update(a.asname or a.name for a in node.names if a.name == TOOL_BASE)
+    elif isinstance(node, ast.Import):
+      modules.update(a.asname or a.name for a in node.names if a.name == TOOL_MODULE)
+  return names, modules
+
+
+def _is_tool_class(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], tree: ast.Module) -> bool:
+  """Whether `cls` subclasses ToolEnv, directly or through classes of the same module."""
+  names, modules = _tool_base_refs(tree)
+  seen, order = set(), [cls]
+  while order:
+    c = order.pop(0)
+    if c.name in seen:
+      continue
+    seen.add(c.name)
+    for b in c.bases:
+      if isinstance(b, ast.Name) and b.id in names:
+        return True
+      if (
+        isinstance(b, ast.Attribute)
+        and b.attr == TOOL_BASE
+        and isinstance(b.value, ast.Name)
+        and b.value.id in modules
+      ):
+        return True
+      if isinstance(b, ast.Name) and b.id in classes:
+        order.append(classes[b.id])
+  return False
+
+
+def _env_classes(tree: ast.Module) -> tuple[dict[str, ast.ClassDef], list[ast.ClassDef]]:
+  classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+  return classes, [c for name, c in classes.items() if name.endswith("Env")]
+
+
+def _tree_kind(tree: ast.Module) -> str:
+  classes, envs = _env_classes(tree)
+  return "tool" if len(envs) == 1 and _is_tool_class(envs[0], classes, tree) else "game"
+
+
+def source_kind(source: str) -> str:
+  """ "tool" when the source's one `*Env` class subclasses ToolEnv (directly or through classes
+  defined in the same module), else "game" (also for sources that do not parse). Nothing runs."""
+  tree, issue = parse_source(source)
+  return "game" if issue is not None else _tree_kind(tree)
+
+
 def check_source(source: str) -> tuple[StaticIssue | None, str | None]:
   """Static stage: returns (first issue or None, the `*Env` class name or None)."""
+  issue, class_name, _ = check_source_kind(source)
+  return issue, class_name
+
+
+def _shape_issue(tree: ast.Module, kind: str) -> tuple[StaticIssue | None, str | None]:
+  """The class-shape rules: exactly one `*Env` class with the kind's methods and arities."""
+  classes, envs = _env_classes(tree)
+  if len(envs) != 1:
+    names = ", ".join(c.name for c in envs) or "none"
+    return StaticIssue(f"expected exactly one class whose name ends in 'Env', found {names}"), None
+  env = envs[0]
+  methods = _class_methods(env, classes)
+  if kind == "tool" and "step" in methods:
+    return StaticIssue(
+      f"tool environment class {env.name} must not override step(): ToolEnv runs the tool-call "
+      "protocol (define tool_<name> methods instead)",
+      methods["step"].lineno,
+    ), None
+  required = TOOL_REQUIRED_METHODS if kind == "tool" else REQUIRED_METHODS
+  for name, npos in required.items():
+    if name not in methods:
+      return StaticIssue(f"class {env.name} has no method {name}()", env.lineno), None
+    why = _arity_issue(methods[name], npos)
+    if why:
+      return StaticIssue(why, methods[name].lineno), None
+  if "__init__" in methods and (why := _arity_issue(methods["__init__"], 1)):
+    return StaticIssue(
+      why.replace("(self)", "() with no arguments"), methods["__init__"].lineno
+    ), None
+  return None, env.name
+
+
+def check_source_kind(source: str) -> tuple[StaticIssue | None, str | None, str]:
+  """Static stage with the kind: (first issue or None, the `*Env` class name or None, "game" or
+  "tool"; see `source_kind`)."""
   tree, issue = parse_source(source)
   if issue is not None:
-    return issue, None
+    return issue, None, "game"
+  kind = _tree_kind(tree)
   imported: set[str] = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
@@ -274,28 +383,14 @@ def check_source(source: str) -> tuple[StaticIssue | None, str | None]:
       issues.append((getattr(node, "lineno", 0), getattr(node, "end_col_offset", 0), reason))
   if issues:  # the first in source order (ast.walk is breadth-first)
     line, _, reason = min(issues)
-    return StaticIssue(reason, line), None
-  classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-  envs = [c for name, c in classes.items() if name.endswith("Env")]
-  if len(envs) != 1:
-    names = ", ".join(c.name for c in envs) or "none"
-    return StaticIssue(f"expected exactly one class whose name ends in 'Env', found {names}"), None
-  env = envs[0]
-  methods = _class_methods(env, classes)
-  for name, npos in REQUIRED_METHODS.items():
-    if name not in methods:
-      return StaticIssue(f"class {env.name} has no method {name}()", env.lineno), None
-    why = _arity_issue(methods[name], npos)
-    if why:
-      return StaticIssue(why, methods[name].lineno), None
-  if "__init__" in methods and (why := _arity_issue(methods["__init__"], 1)):
-    return StaticIssue(
-      why.replace("(self)", "() with no arguments"), methods["__init__"].lineno
-    ), None
+    return StaticIssue(reason, line), None, kind
+  issue, class_name = _shape_issue(tree, kind)
+  if issue is not None:
+    return issue, None, kind
   try:
     compile(tree, "<env>", "exec", dont_inherit=True)  # compile-time errors; nothing runs
   except SyntaxError as e:
-    return StaticIssue(f"syntax error: {e.msg}", e.lineno or 0), None
+    return StaticIssue(f"syntax error: {e.msg}", e.lineno or 0), None, kind
   except (RecursionError, MemoryError, ValueError) as e:
-    return StaticIssue(f"source cannot be compiled: {type(e).__name__}"), None
-  return None, env.name
+    return StaticIssue(f"source cannot be compiled: {type(e).__name__}"), None, kind
+  return None, class_name, kind

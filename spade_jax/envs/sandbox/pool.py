@@ -70,7 +70,7 @@ class SandboxedEnv:
 
   Results follow docs/DESIGN.md §3.6 with types checked in the worker: observations are str,
   rewards float in [-1, 1], flags bool; `info` comes back JSON-safe (tuples as lists, other
-  objects as their repr, at most 4 levels and 1,000 items per level). Not thread-safe: use a
+  objects as their repr, at most 32 levels and 1,000 items per level). Not thread-safe: use a
   pool from one thread at a time.
   """
 
@@ -89,7 +89,8 @@ class SandboxedEnv:
     """(observation, reward, terminated, truncated, info)."""
     return self.pool._one(self, "step", action, timeout)
 
-  def solution(self, *, timeout: float | None = None) -> str:
+  def solution(self, *, timeout: float | None = None) -> str | list[str]:
+    """A game's answer (str), or a tool environment's agent turns (list of str)."""
     return self.pool._one(self, "solution", None, timeout)
 
   def close(self) -> None:

@@ -11,19 +11,23 @@ This class owns the protocol: `__init__(max_turns=10, **kw)` and `step(action)`.
 every `<tool_call>{"name": N, "arguments": {...}}</tool_call>` in the action, in order (at most
 `MAX_CALLS_PER_TURN`), through `tool_N(**arguments)`; an unknown tool, malformed JSON, wrong
 arguments, an exception inside the tool or a non-string result becomes that call's error text,
-never a crash (reward 0). Without a tool call, the last `<answer>A</answer>` is judged: correct
-when every instruction is done, `goal_reached()` holds and `A` matches `expected_answer` (when it
-is not None; case-insensitive after strip, or numerically within 0.01 after removing `$` and
-`,`) -> reward 1.0, terminated; otherwise feedback and reward 0. Neither -> a format error,
-reward `FORMAT_ERROR_REWARD`. Truncated when the turn counter reaches `max_turns` without
-success. `<think>...</think>` blocks are ignored.
+never a crash (reward 0); only `MemoryError` propagates (the sandbox reports it as a resource
+violation, as it does anywhere else). Without a tool call, the last `<answer>A</answer>` is
+judged: correct when every instruction is done, `goal_reached()` holds and `A` matches
+`expected_answer` (when it is not None; case-insensitive after strip, or numerically within 0.01
+after removing `$` and `,`) -> reward 1.0, terminated; otherwise feedback and reward 0. Neither
+-> a format error, reward `FORMAT_ERROR_REWARD`. Truncated when the turn counter reaches
+`max_turns` without success. `<think>...</think>` blocks are ignored.
 
 `info` carries what a chat template needs: `tool_results` (one `{"name", "content"}` per executed
 call) and `user_message` (a newly revealed instruction), plus counters (`tool_calls`,
 `tool_errors`, `format_error`) and `contract_errors` (results that broke the contract: the
 validator rejects an environment whose solution produces any). `reset()` is wrapped so that it
 first clears the turn counter, `current`, `instructions` and `expected_answer`, and its info
-gains `tools` (the OpenAI-style function specs of `self.tools`) and `instructions` (their count).
+gains `tools` (the OpenAI-style function specs of `self.tools`), `instructions` (their count)
+and `tool_problems` (`tool_problems(self)`: what breaks the contract of `self.tools` and
+`self.instructions`; empty for a well-formed environment, and the validator rejects any other).
+`solution()` returns the agent turns as a list of 1..`MAX_SOLUTION_TURNS` strings.
 
 Standard library only: the worker imports this module with `python -S`, outside the package, and
 all of it runs inside the sandbox next to the untrusted subclass.
@@ -35,6 +39,7 @@ import json
 import re
 
 MAX_CALLS_PER_TURN = 8
+MAX_SOLUTION_TURNS = 64
 TOOL_RESULT_CHARS = 4000
 FORMAT_ERROR_REWARD = -0.1
 FORMAT_ERROR_TEXT = (
@@ -147,6 +152,55 @@ def render_observation(tool_results: list[dict], user_message: str | None) -> st
   return "\n".join(parts)
 
 
+def _schema_problem(name: str, params) -> str | None:
+  if not isinstance(params, dict) or params.get("type") != "object":
+    return f'tool {name!r}: "parameters" must be a JSON-schema object with "type": "object"'
+  props = params.get("properties", {})
+  if not isinstance(props, dict) or not all(isinstance(p, dict) for p in props.values()):
+    return f'tool {name!r}: "properties" must map each parameter name to a schema object'
+  required = params.get("required", [])
+  if not isinstance(required, list | tuple) or not all(isinstance(r, str) for r in required):
+    return f'tool {name!r}: "required" must be a list of parameter names'
+  missing = [r for r in required if r not in props]
+  if missing:
+    return f'tool {name!r}: required parameters {missing} are not in "properties"'
+  return None
+
+
+def tool_problems(env) -> list[str]:
+  """What breaks the tool contract after `env.reset()`: `tools` not a non-empty dict of
+  identifier names to `{"description": str, "parameters": JSON-schema object}` (with a dict
+  `properties` and `required` names among them), a tool without its `tool_<name>` method, or
+  `instructions` that are not strings or are set without `instruction_done` overridden."""
+  tools = getattr(env, "tools", None)
+  if not isinstance(tools, dict) or not tools:
+    return ["self.tools must be a non-empty dict {name: {description, parameters}}"]
+  out = []
+  for name, spec in tools.items():
+    if not isinstance(name, str) or not _NAME.match(name):
+      out.append(f"tool name {name!r} is not an identifier")
+      continue
+    if not callable(getattr(env, "tool_" + name, None)):
+      out.append(f"tool {name!r} has no method tool_{name}()")
+    if not isinstance(spec, dict):
+      out.append(f"tool {name!r}: its spec must be a dict with description and parameters")
+      continue
+    if not isinstance(spec.get("description"), str):
+      out.append(f'tool {name!r}: "description" must be a string')
+    problem = _schema_problem(name, spec.get("parameters"))
+    if problem is not None:
+      out.append(problem)
+  instructions = getattr(env, "instructions", None)
+  if instructions:
+    if not isinstance(instructions, list | tuple) or not all(
+      isinstance(i, str) for i in instructions
+    ):
+      out.append("self.instructions must be a list of strings")
+    elif getattr(type(env), "instruction_done", None) in (None, ToolEnv.instruction_done):
+      out.append("self.instructions is set but instruction_done(i) is not overridden")
+  return out
+
+
 def _wrap_reset(user_reset):
   def reset(self, seed=None, *args, **kwargs):
     self.turn_count = 0
@@ -159,6 +213,7 @@ def _wrap_reset(user_reset):
       info["tools"] = tool_specs(getattr(self, "tools", None))
       instructions = getattr(self, "instructions", None)
       info["instructions"] = len(instructions) if isinstance(instructions, list | tuple) else 0
+      info["tool_problems"] = tool_problems(self)
       return out[0], info
     return out  # the wrong shape is the validator's to report
 
@@ -215,6 +270,8 @@ class ToolEnv:
       at_call = e.__traceback__ is not None and e.__traceback__.tb_next is None
       what = "wrong arguments for" if at_call else "TypeError in"
       return f"Error: {what} tool '{name}': {str(e)[:200]}", False
+    except MemoryError:
+      raise  # a resource violation, not feedback: the sandbox reports it
     except Exception as e:  # noqa: BLE001 - a failing tool is the agent's feedback
       return f"Error: tool '{name}' failed: {type(e).__name__}: {str(e)[:200]}", False
     if not isinstance(result, str):

@@ -1,14 +1,17 @@
 """Validate designer-written environment code: extract, check statically, probe in the sandbox.
 
 `validate(text)` runs the stages below in order; the first failure ends it and is reported as
-`stage` and `reason` in a `ValidationReport` (`stage == "ok"` when all pass):
+`stage` and `reason` in a `ValidationReport` (`stage == "ok"` when all pass). The static stage
+also tells the source's `kind`: a *game* (the stages below) or a *tool environment* (a `ToolEnv`
+subclass; the same stage names, with the sandboxed stages of sandbox/validate_tool.py).
 
 * `extract`     first fenced python block (else the first unlabeled fence, else the whole text);
                 unescaped `{word}` placeholders in f-strings that could only fail (empty, several
                 words, or a name bound nowhere in the module) are escaped to `{{word}}`.
-* `static`      parse and the policy AST check (sandbox_policy.check_source): allowed imports,
-                no dangerous builtins / dunders / frame attributes, exactly one `*Env` class
-                with reset/step/solution of the right arity. Nothing runs on the host.
+* `static`      parse and the policy AST check (sandbox_policy.check_source_kind): allowed
+                imports, no dangerous builtins / dunders / frame attributes, exactly one `*Env`
+                class with reset/step/solution of the right arity (a tool environment: reset and
+                solution, and no step). Nothing runs on the host.
 * `load`        exec the module and instantiate the class in a sandboxed worker.
 * `contract`    reset(seed) -> (non-empty str, dict); junk answers -> (str, real in [-1, 1],
                 bool, bool, dict); solution() -> str; no exceptions.
@@ -19,7 +22,7 @@
 * `leak`        the solution must not appear verbatim (as a whole token) in the first
                 observation on most seeds, unless the answer space is tiny (solutions of at most
                 `TINY_ANSWER_CHARS` characters, or fewer than `TINY_DISTINCT` distinct
-                solutions over the seeds).
+                solutions over the seeds; sandbox/validate_run.py).
 
 Timeouts hold throughout: each call is bounded by the sandbox's per-call limit and the whole
 validation by `total_timeout` (60 s by default); a timeout is reported in the stage that was
@@ -38,14 +41,9 @@ import tokenize
 from dataclasses import asdict, dataclass, field
 
 from spade_jax.envs.sandbox import policy as sandbox_policy
-from spade_jax.envs.sandbox.pool import (
-  EnvContractError,
-  EnvError,
-  EnvException,
-  EnvTimeout,
-  SandboxConfig,
-  SandboxPool,
-)
+from spade_jax.envs.sandbox.pool import SandboxConfig
+from spade_jax.envs.sandbox.validate_run import StageFailure, ValidationRun, leak_failure
+from spade_jax.envs.sandbox.validate_tool import TOOL_JUNK_ACTIONS, tool_stages
 
 STAGES = ("extract", "static", "load", "contract", "feasibility", "determinism", "leak")
 JUNK_ACTIONS = (
@@ -58,8 +56,6 @@ JUNK_ACTIONS = (
   "\\boxed{99999999999}",
   "\\boxed{1, 2, 3}",
 )
-TINY_ANSWER_CHARS = 2
-TINY_DISTINCT = 5
 
 
 @dataclass(frozen=True)
@@ -68,6 +64,7 @@ class ValidatorConfig:
   total_timeout: float = 60.0
   sandbox: SandboxConfig = field(default_factory=SandboxConfig)
   junk_actions: tuple[str, ...] = JUNK_ACTIONS
+  tool_junk_actions: tuple[str, ...] = TOOL_JUNK_ACTIONS  # tool environments (validate_tool)
 
 
 @dataclass
@@ -83,6 +80,7 @@ class ValidationReport:
   class_name: str | None = None
   repairs: list[str] = field(default_factory=list)
   sandbox_layers: dict = field(default_factory=dict)
+  kind: str = "game"  # "game" or "tool" (policy.source_kind)
 
   def to_dict(self) -> dict:
     return asdict(self)
@@ -215,74 +213,8 @@ def repair_fstrings(code: str) -> tuple[str, list[str]]:
 # -- the sandboxed stages -------------------------------------------------------------------
 
 
-class _Fail(Exception):
-  def __init__(self, stage: str, reason: str):
-    super().__init__(reason)
-    self.stage, self.reason = stage, reason
-
-
-def _boundary_find(needle: str, hay: str) -> bool:
-  return re.search(r"(?<![\w.])" + re.escape(needle) + r"(?![\w.])", hay) is not None
-
-
-class _Run:
-  """One validation in progress: its pool, deadline, current stage and per-stage timings."""
-
-  def __init__(self, config: ValidatorConfig, timings: dict):
-    self.config = config
-    self.timings = timings
-    self.started = time.perf_counter()
-    self.deadline = time.monotonic() + config.total_timeout
-    self.pool = SandboxPool(1, config.sandbox)
-    self.stage = "load"
-    self._total = f"{config.total_timeout:g} s"
-
-  def begin(self, stage: str) -> None:
-    self.stage, self.started = stage, time.perf_counter()
-
-  def end(self) -> None:
-    """Records the running stage's time (also called for the stage that failed)."""
-    self.timings[self.stage] = time.perf_counter() - self.started
-
-  def _budget(self, limit: float) -> tuple[float, bool]:
-    left = self.deadline - time.monotonic()
-    if left <= 0:
-      raise _Fail(
-        self.stage, f"timed out: validation exceeded its total time limit ({self._total})"
-      )
-    return min(limit, left), left < limit
-
-  def _error(self, what: str, err: EnvError, capped: bool) -> _Fail:
-    if isinstance(err, EnvTimeout) and capped:
-      return _Fail(
-        self.stage, f"{what} timed out: validation exceeded its total time limit ({self._total})"
-      )
-    if isinstance(err, EnvException | EnvContractError):
-      return _Fail(self.stage, err.reason)
-    return _Fail(self.stage, f"{what}: {err.reason}")
-
-  def make(self, source: str, class_name: str):
-    timeout, capped = self._budget(self.config.sandbox.load_timeout)
-    try:
-      env = self.pool.make_envs(
-        source, 1, class_name=class_name, static_check=False, timeout=timeout
-      )[0]
-    except EnvError as err:  # the worker itself failed to start
-      env = err
-    if isinstance(env, EnvError):
-      raise self._error(f"{class_name}()", env, capped)
-    return env
-
-  def call(self, env, method: str, arg=None):
-    what = f"{method}({'' if method == 'solution' else repr(arg)[:60]})"
-    timeout, capped = self._budget(self.config.sandbox.call_timeout)
-    res = self.pool.call_many([env], method, [arg], timeout)[0]
-    if isinstance(res, EnvError):
-      raise self._error(what, res, capped)
-    return res
-
-
-def _sandbox_stages(run: _Run, source: str, class_name: str) -> None:
+def game_stages(run: ValidationRun, source: str, class_name: str) -> None:
+  """The sandboxed stages of a game (load .. leak); raises StageFailure."""
   cfg = run.config
   seeds = list(cfg.seeds)
   run.begin("load")
@@ -307,8 +239,7 @@ def _sandbox_stages(run: _Run, source: str, class_name: str) -> None:
     answer = f"\\boxed{{{sol}}}"
     _, reward, terminated, _, _ = run.call(env, "step", answer)
     if reward != 1.0 or not terminated:
-      raise _Fail(
-        "feasibility",
+      raise run.fail(
         f"seed {s}: answering {answer[:80]} after reset gave reward {reward:g} and "
         f"terminated={terminated} (need reward 1.0 and terminated=True)",
       )
@@ -321,26 +252,17 @@ def _sandbox_stages(run: _Run, source: str, class_name: str) -> None:
       obs, _ = run.call(inst, "reset", s)
       sol = run.call(inst, "solution")
       if obs != first[s][0]:
-        raise _Fail("determinism", f"seed {s}: {who} gave a different first observation")
+        raise run.fail(f"seed {s}: {who} gave a different first observation")
       if sol != first[s][1]:
-        raise _Fail("determinism", f"seed {s}: {who} gave a different solution")
+        raise run.fail(f"seed {s}: {who} gave a different solution")
   run.end()
 
   run.begin("leak")
-  sols = [first[s][1].strip() for s in seeds]
-  tiny = len(set(sols)) < min(TINY_DISTINCT, len(seeds))
-  leaked = [
-    s
-    for s, sol in zip(seeds, sols)
-    if len(sol) > TINY_ANSWER_CHARS and _boundary_find(sol, first[s][0])
-  ]
-  if not tiny and len(leaked) * 2 > len(seeds):
-    s = leaked[0]
-    raise _Fail(
-      "leak",
-      f"the solution appears verbatim in the first observation on {len(leaked)}/{len(seeds)} "
-      f"seeds (seed {s}: {first[s][1][:60]!r})",
-    )
+  why = leak_failure(
+    seeds, {s: first[s][1] for s in seeds}, {s: first[s][0] for s in seeds}, "the solution"
+  )
+  if why is not None:
+    raise run.fail(why)
   run.end()
 
 
@@ -358,7 +280,7 @@ def validate(text: str, config: ValidatorConfig | None = None) -> ValidationRepo
     report.reason = "no code found in the text"
     return report
   t = time.perf_counter()
-  issue, class_name = sandbox_policy.check_source(source)
+  issue, class_name, report.kind = sandbox_policy.check_source_kind(source)
   timings["static"] = time.perf_counter() - t
   if issue is not None:
     report.stage, report.reason = "static", str(issue)
@@ -366,15 +288,16 @@ def validate(text: str, config: ValidatorConfig | None = None) -> ValidationRepo
   report.class_name = class_name
   if not config.seeds:
     raise ValueError("ValidatorConfig.seeds must not be empty")
-  run = _Run(config, timings)
+  run = ValidationRun(config, timings)
+  stages = tool_stages if report.kind == "tool" else game_stages
   try:
-    _sandbox_stages(run, source, class_name)
+    stages(run, source, class_name)
     report.valid, report.stage = True, "ok"
-  except _Fail as f:
+  except StageFailure as f:
     run.end()
     report.stage, report.reason = f.stage, f.reason
   finally:
-    report.sandbox_layers = dict(next((w.layers for w in run.pool.workers if w), {}))
-    run.pool.close()
+    report.sandbox_layers = run.layers()
+    run.close()
     timings["total"] = time.perf_counter() - t0
   return report

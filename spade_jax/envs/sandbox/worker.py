@@ -1,23 +1,29 @@
 """A sandboxed worker process: loads untrusted environment modules and steps them on request.
 
 Started by sandbox/pool.py as `python -S -s -B [-P] sandbox/worker.py` (a script, not `-m`, so it
-imports nothing from the package or site-packages: only the standard library and its three
-sibling modules, found by appending this directory to the end of sys.path), in its own session
-and process group, with a scrubbed environment and a private scratch directory as cwd.
+imports nothing from the package or site-packages: only the standard library and its four
+sibling modules lockdown, policy, protocol and tool_env, found by appending this directory to the
+end of sys.path), in its own session and process group, with a scrubbed environment and a
+private scratch directory as cwd.
 
 Start-up: move the protocol pipes to private fds and point fds 0/1 at /dev/null; read the
-`init` request; pre-import the allowed modules; apply lockdown.py (rlimits, privilege
-drop, seccomp, audit hook, tamper snapshot); reply with the layers in force. Then serve
-requests (see sandbox/protocol.py) until stdin closes.
+`init` request; pre-import the allowed modules (json and the sibling `tool_env` included);
+apply lockdown.py (rlimits, privilege drop, seccomp, audit hook, tamper snapshot of the allowed
+modules and their classes, `tool_env.ToolEnv` and json's among them); reply with the layers in
+force. Then serve requests (see sandbox/protocol.py) until stdin closes.
 
 Each environment instance gets its own module namespace: a fresh `__builtins__` without the
 dangerous builtins (policy.FORBIDDEN_BUILTINS), safe getattr/setattr/delattr, a
 restricted `__import__` that only hands out read-only views of the allowed modules (public,
-non-module attributes only: `re.enum.sys` does not exist), and a `random` view bound to a
+non-module attributes only: `re.enum.sys` does not exist; `from tool_env import ToolEnv`
+gets the one shared, fingerprinted ToolEnv class), and a `random` view bound to a
 private `random.Random`, so instances never share random state and interleaving does not
 change any instance's draws. Stdlib helpers that would call the real getattr with a name the
 environment chooses (`string.Formatter`, `functools.update_wrapper(assigned=...)`) are removed
 or fenced, since they would return any object reachable from an attribute path.
+
+`solution()` of a game returns a str; of a ToolEnv instance, a list of 1..`MAX_SOLUTION_TURNS`
+strings (the agent turns), each capped like an observation.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import lockdown as sandbox_lockdown  # noqa: E402
 import policy  # noqa: E402
 import protocol as proto  # noqa: E402
+import tool_env  # noqa: E402
 
 ENV_MODULE = "env"
-_MODULES = ("random", "re", "math", "itertools", "collections", "functools", "string")
+_MODULES = ("random", "re", "math", "itertools", "collections", "functools", "string", "json",
+            "tool_env")  # fmt: skip
 # Imported so that lazily imported helpers of the allowed modules are already loaded.
 _HELPERS = ("collections.abc", "heapq", "bisect", "copy", "operator", "keyword", "reprlib",
             "weakref", "types", "numbers", "__future__", "encodings.idna", "unicodedata")  # fmt: skip
@@ -200,17 +208,25 @@ def _describe(where: str, e: BaseException) -> str:
   return f"{where} raised {type(e).__name__}: {msg[:300]}{at}"
 
 
-def _jsonable(x, depth=0):
+JSON_DEPTH = 32  # info nesting kept as structure (tool specs nest JSON schemas); deeper: repr
+
+
+def _jsonable(x, budget: list, depth=0):
+  """`x` as JSON-safe data; `budget[0]` counts the values left (EnvFailure when spent, so a
+  shared-reference structure cannot make the walk explode)."""
+  budget[0] -= 1
+  if budget[0] < 0:
+    raise EnvFailure("contract", "info holds too many values")
   if x is None or isinstance(x, bool | str):
     return x
   if isinstance(x, int):
     return x if abs(x) < 2**63 else str(x)
   if isinstance(x, float):
     return x if math.isfinite(x) else str(x)
-  if depth < 4 and isinstance(x, list | tuple):
-    return [_jsonable(v, depth + 1) for v in x[:1000]]
-  if depth < 4 and isinstance(x, dict):
-    return {str(k): _jsonable(v, depth + 1) for k, v in list(x.items())[:1000]}
+  if depth < JSON_DEPTH and isinstance(x, list | tuple):
+    return [_jsonable(v, budget, depth + 1) for v in x[:1000]]
+  if depth < JSON_DEPTH and isinstance(x, dict):
+    return {str(k): _jsonable(v, budget, depth + 1) for k, v in list(x.items())[:1000]}
   try:
     return repr(x)[:1000]
   except Exception:
@@ -239,12 +255,31 @@ class Worker:
   def _info(self, what: str, info) -> dict:
     if not isinstance(info, dict):
       raise EnvFailure("contract", f"{what} info must be a dict, got {type(info).__name__}")
-    out = _jsonable(info)
+    out = _jsonable(info, [self.cfg["max_info_bytes"]])  # each value takes >= 1 byte
     if len(json.dumps(out)) > self.cfg["max_info_bytes"]:
       raise EnvFailure("contract", f"{what} info exceeds {self.cfg['max_info_bytes']} bytes")
     return out
 
-  def _shape(self, method: str, out):
+  def _turns(self, out) -> list:
+    """A ToolEnv's solution(): 1..MAX_SOLUTION_TURNS agent turns, each a capped str."""
+    most = tool_env.MAX_SOLUTION_TURNS
+    if type(out) not in (list, tuple):  # exact types: no env-defined dunders run here
+      raise EnvFailure(
+        "contract",
+        f"solution() of a tool environment must return a list of agent turns (str), "
+        f"got {type(out).__name__}",
+      )
+    if not 1 <= len(out) <= most:
+      raise EnvFailure("contract", f"solution() returned {len(out)} turns (need 1..{most})")
+    for i, turn in enumerate(out):
+      if type(turn) is not str:
+        raise EnvFailure("contract", f"solution() turn {i} must be str, got {type(turn).__name__}")
+      if len(turn) > self.cfg["max_text_chars"]:
+        cap = self.cfg["max_text_chars"]
+        raise EnvFailure("contract", f"solution() turn {i} has {len(turn)} characters (cap {cap})")
+    return list(out)
+
+  def _shape(self, method: str, out, tool: bool = False):
     if method == "reset":
       if not (isinstance(out, tuple | list) and len(out) == 2):
         got = (
@@ -275,6 +310,8 @@ class Worker:
         if not isinstance(v, bool):
           raise EnvFailure("contract", f"step() {flag} must be a bool, got {type(v).__name__}")
       return [obs, float(reward), term, trunc, self._info("step()", info)]
+    if tool:
+      return self._turns(out)
     if isinstance(out, bool) or not isinstance(out, str | int):
       raise EnvFailure("contract", f"solution() must return a str, got {type(out).__name__}")
     return self._text("solution()", str(out))
@@ -317,7 +354,11 @@ class Worker:
     self._guarded("loading the module", lambda: exec(code, ns))
     name = req.get("class_name")
     if name is None:
-      found = [k for k, v in ns.items() if isinstance(v, type) and k.endswith("Env")]
+      found = [
+        k
+        for k, v in ns.items()
+        if isinstance(v, type) and k.endswith("Env") and v.__module__ == ENV_MODULE
+      ]
       name = found[0] if len(found) == 1 else None
     cls = ns.get(name) if name else None
     if not isinstance(cls, type):
@@ -339,7 +380,7 @@ class Worker:
       out = self._guarded("solution()", lambda: env.solution())
     else:
       raise EnvFailure("contract", f"unknown method {method!r}")
-    return self._shape(method, out)
+    return self._shape(method, out, isinstance(env, tool_env.ToolEnv))
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
