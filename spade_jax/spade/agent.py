@@ -139,7 +139,7 @@ class AgentPlayer:
     crashed_GP = np.zeros((G, P), bool)
     turns_GP = np.zeros((G, P), np.int32)
     hint = (np.zeros((G, H), np.float32), np.zeros((G, H), bool), np.zeros((G, H), bool))
-    agent_batch, transcripts, solved_hint, ds_metrics = None, [], [], {}
+    agent_batch, transcripts, solved_hint, ds_metrics, tool_metrics = None, [], [], {}, {}
     if episodes:
       res = self._run(episodes, seeds, derive_seed(seed, step, 7), params)
       kept = []
@@ -165,6 +165,8 @@ class AgentPlayer:
             "messages": res.transcripts[i],
           }
         )
+      if not isinstance(self.framing, ChatFraming):  # the tool-use setting's framing
+        tool_metrics = _tool_metrics(res, episodes)
       adv_GP, keep_GP = advantages.group_advantages(
         returns_GP, valid_GP, crashed_GP, mode=self.advantage
       )
@@ -198,6 +200,7 @@ class AgentPlayer:
     if with_hints:
       metrics["agent/solve_rate_hint"] = float(np.mean(solved_hint)) if solved_hint else 0.0
     metrics.update(ds_metrics)
+    metrics.update(tool_metrics)
     return PoolPlays(
       returns_GP,
       valid_GP,
@@ -288,6 +291,26 @@ class AgentPlayer:
       )
       parts.append((dev, out.episodes(self.tok, self.framing)))
     return _merge(len(episodes), parts)
+
+
+def _tool_metrics(res: host_rollout.EpisodeResult, episodes) -> dict:
+  """Tool-use counters of the valid episodes: calls per episode, failed calls per call, turns
+  with neither a call nor an answer per turn, and success with and without the hint."""
+  ok = ~np.asarray(res.crashed)
+  calls, errors, fmt = (
+    np.asarray(getattr(res, k), np.float64) for k in ("tool_calls", "tool_errors", "format_errors")
+  )
+  hinted = np.asarray([h for _, _, h in episodes], bool)
+  solved = np.asarray(res.solved, bool)
+  out = {
+    "tool/calls_per_episode": float(calls[ok].mean()) if ok.any() else 0.0,
+    "tool/tool_error_rate": float(errors[ok].sum() / max(calls[ok].sum(), 1.0)),
+    "tool/format_error_rate": float(fmt[ok].sum() / max(np.asarray(res.turns)[ok].sum(), 1)),
+    "tool/success": float(solved[ok & ~hinted].mean()) if (ok & ~hinted).any() else 0.0,
+  }
+  if (ok & hinted).any():
+    out["tool/success_hint"] = float(solved[ok & hinted].mean())
+  return out
 
 
 def _groups(res, episodes, kept, adv_GP, keep_GP, group_offset: int) -> dict[int, list[dict]]:

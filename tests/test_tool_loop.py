@@ -1,0 +1,177 @@
+"""The tool-use setting's SPADE loop end to end on CPU with a scripted designer.
+
+As in test_loop.py, only the designer's *sampling* is replaced by fixed sources (two valid tool
+environments, a valid game that is the wrong kind for this setting, a hostile tool environment);
+the rest is the real path: sandbox validation of tool environments, hint writing by the policy,
+hinted / unhinted tool-calling episodes through the chat template's tool framing, delayed
+designer rewards (blend), the GRPO update without std normalisation, checkpoints, resume.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hf_fixtures import save_hf_model, tiny_tokenizer_dir
+
+from spade_jax import metrics, train
+from spade_jax.spade import designer as designer_lib
+from spade_jax.spade import tool_prompts
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCRIPT = [  # game slot -> source the "designer" writes
+  FIXTURES / "tool_envs" / "valid" / "tv01_stock_lookup.py",
+  FIXTURES / "envs" / "valid" / "v02_arithmetic.py",  # a game: the wrong kind here
+  FIXTURES / "tool_envs" / "valid" / "tv03_todo_instructions.py",  # multi-instruction
+  FIXTURES / "envs" / "hostile" / "h02_os_system.py",
+]
+
+
+def install_scripted_designer(monkeypatch):
+  real = designer_lib.Designer._sample
+
+  def sample(self, conversations, **kw):
+    prompts_ids, out = real(self, conversations, **kw)
+    if conversations[0][0]["content"] != tool_prompts.TOOL_DESIGNER_SYSTEM:
+      return prompts_ids, out  # hint writer: the real policy
+    for k in range(len(conversations)):
+      text = f"Here is my environment.\n```python\n{SCRIPT[k].read_text()}```\n"
+      ids = self.tok.encode(text) + [self.tok.eos_ids[0]]
+      out.tokens[k], out.logprobs[k] = ids, [-1.0] * len(ids)
+      out.loss_mask[k], out.finished[k] = [1] * len(ids), True
+    return prompts_ids, out
+
+  monkeypatch.setattr(designer_lib.Designer, "_sample", sample)
+  # a short designer prompt keeps the tiny vocabulary's sequences short (the real prompt
+  # builder is tested in test_tool_prompts.py)
+  monkeypatch.setattr(
+    tool_prompts,
+    "tool_designer_messages",
+    lambda skill, **kw: [
+      {"role": "system", "content": tool_prompts.TOOL_DESIGNER_SYSTEM},
+      {"role": "user", "content": f"Design a tool environment for {skill.name}."},
+    ],
+  )
+
+
+def tool_config(model_dir, tok_dir):
+  c = train.base_config()
+  c.setting = "tool_use"
+  c.model.path, c.model.tokenizer = model_dir, tok_dir
+  c.steps = 2
+  c.spade.reward = "blend"
+  c.spade.num_games = 4
+  c.spade.regen_interval = 1
+  c.spade.plays = 2
+  c.spade.hint_plays = 3  # more hinted than unhinted plays, as the tool-use recipe
+  c.spade.max_attempts = 1
+  c.spade.corpus = "none"
+  c.designer.max_new_tokens = 16
+  c.designer.hint_max_new_tokens = 8
+  c.designer.max_context = 4096
+  c.agent.max_turns = 2
+  c.agent.max_new_tokens = 8
+  c.agent.max_context = 4096  # tool specs in the system prompt: long in a 512-token vocabulary
+  c.agent.device_rollout = False
+  c.train.global_batch = 8
+  c.train.learning_rate = 1e-4
+  c.train.advantage = "center"
+  c.train.kl_coef = 0.005
+  c.sandbox.workers = 2
+  c.sandbox.validation_seeds = 3
+  c.eval.tasks = "basic_arithmetic"
+  c.eval.items_per_task = 1
+  c.eval.max_new_tokens = 8
+  c.progress = False
+  return c
+
+
+@pytest.fixture(scope="module")
+def policy_dirs():
+  tok_dir = tiny_tokenizer_dir()
+  model_dir, _ = save_hf_model("qwen3", seed=3, vocab_size=512, num_hidden_layers=1)
+  return model_dir, tok_dir
+
+
+@pytest.fixture(scope="module")
+def reference_run(policy_dirs, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("tool_reference") / "run"
+  with pytest.MonkeyPatch.context() as mp:
+    install_scripted_designer(mp)
+    last = train.train(tool_config(*policy_dirs), workdir)
+  return workdir, last
+
+
+def _comparable(rows):
+  return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def test_tool_loop_end_to_end(reference_run):
+  workdir, last = reference_run
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0, 1]
+  for r in rows:
+    assert r["designer/valid_rate"] == 0.5
+    assert r["designer/stage/ok"] == 2 and r["designer/stage/static"] == 2
+    assert r["agent/pool_source"] == 0.0
+    assert r["designer/translated_rate"] == 0.0  # tool environments run on the host
+    assert r["agent/episodes"] == 4.0 and r["agent/device_episodes"] == 0.0
+    for key in ("calls_per_episode", "tool_error_rate", "format_error_rate", "success"):
+      assert np.isfinite(r[f"tool/{key}"])
+    assert "tool/success_hint" in r and "agent/solve_rate_hint" in r
+    assert np.isfinite(r["train/loss"])
+  assert rows[1]["designer/trained_samples"] == 4.0  # 2 valid at step 0 + 2 flushed at step 1
+  verdicts = {p.stem: json.loads(p.read_text()) for p in (workdir / "envs").glob("*.json")}
+  g = {v["game"]: v for k, v in verdicts.items() if k.startswith("step000000")}
+  assert g[0]["valid"] and g[2]["valid"] and not g[1]["valid"] and not g[3]["valid"]
+  assert g[1]["stage"] == "static" and "game environment" in g[1]["reason"]
+  assert g[3]["stage"] == "static" and "os" in g[3]["reason"]
+  assert g[0]["translation_reason"] == "tool environments run on the host"
+  assert isinstance(g[0]["hint"], str)
+  transcripts = [
+    json.loads(x) for x in (workdir / "transcripts" / "step000000.jsonl").read_text().splitlines()
+  ]
+  first = transcripts[0]["messages"]
+  assert first[0]["role"] == "user" and first[1]["role"] == "assistant"
+  assert {m["role"] for t in transcripts for m in t["messages"]} <= {"user", "assistant", "tool"}
+  assert "eval/accuracy" in last
+
+
+def test_tool_loop_sigkill_mid_step_then_rerun_gives_identical_metrics(
+  reference_run, policy_dirs, tmp_path
+):
+  ref_dir, _ = reference_run
+  workdir = tmp_path / "killed"
+  cmd = [
+    sys.executable,
+    str(Path(__file__).parent / "loop_driver.py"),
+    str(workdir),
+    *policy_dirs,
+    "2",
+    "tool_use",
+  ]
+  proc = subprocess.Popen(
+    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+  )
+  try:  # kill as soon as step 0 is checkpointed, i.e. somewhere inside step 1
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+      if (workdir / "checkpoints" / "1").exists():
+        time.sleep(2.0)
+        break
+      time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed mid-step"
+    os.killpg(proc.pid, signal.SIGKILL)
+  finally:
+    proc.wait(timeout=60)
+  rows = metrics.read_metrics(workdir / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0]
+  subprocess.run(cmd, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
+  want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
+  assert got == want
