@@ -48,6 +48,9 @@ def _recipe(c):
 def _cpu(c, smoke: bool):
   """SmolLM2 budgets for this CPU (the recipe's shape, scaled down)."""
   c.model.path = "smollm2"
+  # tool specs make long prompts (a designer prompt is ~1.6k tokens, an agent's first prompt
+  # 0.6-0.9k): the update's 2048-token buckets need the layers rematerialised to fit in memory
+  c.model.remat = "full"
   c.steps = 8
   c.spade.num_games = 4
   c.spade.regen_interval = 2
