@@ -298,6 +298,26 @@ class Designer:
       negative=negative,
     )
 
+  def hint_messages(self, game: GameEnv) -> list[dict]:
+    """The hint writer's prompt for ``game``; a source too long for ``max_context`` (with room
+    for the hint) is cut to its first lines that fit, and says so."""
+    build = (
+      tool_prompts.tool_hint_writer_messages
+      if game.kind == "tool"
+      else prompts.hint_writer_messages
+    )
+    budget = self.max_context - self.cfg.hint_max_new_tokens - 1
+    messages = build(game.source)
+    if len(self.tok.apply_chat_template(messages)) <= budget:
+      return messages
+    lines = game.source.splitlines()
+    lo, hi = 0, len(lines)  # the longest prefix that fits: lo fits (or is 0), hi does not
+    while hi - lo > 1:
+      mid = (lo + hi) // 2
+      cut = build("\n".join(lines[:mid]) + "\n# ... (the rest of the source is cut)")
+      lo, hi = (mid, hi) if len(self.tok.apply_chat_template(cut)) <= budget else (lo, mid)
+    return build("\n".join(lines[:lo]) + "\n# ... (the rest of the source is cut)")
+
   def write_hints(self, games: list[GameEnv], *, seed: int, params=None) -> float:
     """Fills ``g.hint`` (hint-writer role, not trained) and the translation status of each
     game; returns the seconds spent."""
@@ -306,12 +326,7 @@ class Designer:
     cfg = self.cfg
     t = time.perf_counter()
     _, out = self._sample(
-      [
-        tool_prompts.tool_hint_writer_messages(g.source)
-        if g.kind == "tool"
-        else prompts.hint_writer_messages(g.source)
-        for g in games
-      ],
+      [self.hint_messages(g) for g in games],
       temperature=cfg.hint_temperature,
       top_p=1.0,
       top_k=0,
