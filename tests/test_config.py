@@ -50,3 +50,34 @@ def test_bad_values_fail_the_check_in_one_line(key, value, match):
   with pytest.raises(ValueError, match=match) as e:
     check_config(c)
   assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+  "path,value,match",
+  [
+    (("setting",), "chess", "setting='chess'"),
+    (("designer", "tool_difficulties"), "easy,extreme", "designer.tool_difficulties"),
+    (("designer", "tool_difficulties"), "", "designer.tool_difficulties"),
+    (("designer", "multi_instruction"), 1.5, "designer.multi_instruction"),
+    (("spade", "hint_plays"), -1, "spade.hint_plays"),
+  ],
+)
+def test_bad_setting_values_fail_the_check(path, value, match):
+  c = base_config()
+  section = c
+  for key in path[:-1]:
+    section = section[key]
+  section[path[-1]] = value
+  with pytest.raises(ValueError, match=match):
+    check_config(c)
+
+
+def test_tool_use_setting_rotates_its_six_skills():
+  c = base_config()
+  c.setting = "tool_use"
+  c.spade.active_skills = 6
+  c.spade.hint_plays = 16  # more hinted than unhinted plays is allowed (fresh seeds beyond)
+  check_config(c)
+  c.spade.active_skills = 7
+  with pytest.raises(ValueError, match=r"active_skills must lie in \[1, 6\]"):
+    check_config(c)

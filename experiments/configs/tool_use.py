@@ -81,6 +81,8 @@ def _cpu(c, smoke: bool):
     c.spade.corpus_words = 60
     c.designer.max_new_tokens = 96
     c.designer.hint_max_new_tokens = 24
+    c.designer.max_context = 2048  # hint prompts of long library sources are cut to fit
+    c.train.kl_coef = 0.0  # no reference model at smoke size (the recipe's KL is tested elsewhere)
     c.agent.max_turns = 2
     c.agent.max_new_tokens = 32
     # a first prompt with the tool specs is 0.6-0.9k tokens: 1024 slots keep the update's
