@@ -90,6 +90,9 @@ def _cpu(c, smoke: bool):
     c.agent.max_context = 1024
     c.model.remat = "none"
     c.train.global_batch = 8
+    # four micro-batches of two sequences keep the update's peak memory low enough to run
+    # beside the test suite's own process (one batch of eight was killed for memory there)
+    c.train.micro_batches = 4
     c.eval.tasks = "basic_arithmetic"
     c.eval.items_per_task = 1
     c.eval.max_new_tokens = 24
