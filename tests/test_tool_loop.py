@@ -76,7 +76,9 @@ def tool_config(model_dir, tok_dir):
   c.designer.max_context = 4096
   c.agent.max_turns = 2
   c.agent.max_new_tokens = 8
-  c.agent.max_context = 2048  # tool specs in the system prompt: ~1k tokens in a 512-token vocabulary
+  c.agent.max_context = (
+    2048  # tool specs in the system prompt: ~1k tokens in a 512-token vocabulary
+  )
   c.agent.device_rollout = False
   c.train.global_batch = 8
   c.train.learning_rate = 1e-4
