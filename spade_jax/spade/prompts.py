@@ -63,12 +63,23 @@ AGENT_SYSTEM = (
 )
 
 
-def _bullets(items: Sequence[str]) -> str:
+def bullets(items: Sequence[str]) -> str:
+  """A markdown bullet list."""
   return "\n".join(f"- {x}" for x in items)
 
 
-def _env_block(rec: EnvRecord) -> str:
+def env_block(rec: EnvRecord) -> str:
+  """A memory record's source as a fenced python block."""
   return f"```python\n{rec.source.rstrip()}\n```"
+
+
+def memory_examples(seeds: Sequence[EnvRecord]) -> str:
+  """Memory seeds as numbered examples with their win rate and regret (both settings)."""
+  return "\n\n".join(
+    f"Example {i + 1} (agent win rate {r.win_rate:.2f}, hint regret {r.regret:.2f}):\n"
+    + env_block(r)
+    for i, r in enumerate(seeds)
+  )
 
 
 def designer_messages(
@@ -91,7 +102,7 @@ def designer_messages(
     f"Design a new game that trains the skill **{skill.name}**.",
     skill.description,
     "Concepts a game for this skill could build on (inspiration, not a list to copy):\n"
-    + _bullets(skill.examples),
+    + bullets(skill.examples),
     "## Environment contract\n\n" + ENV_CONTRACT,
   ]
   if document is not None and document.strip():
@@ -103,11 +114,7 @@ def designer_messages(
       "never sees the document: do not mention, quote or refer to it in the game's text."
     )
   if seeds:
-    shown = "\n\n".join(
-      f"Example {i + 1} (agent win rate {r.win_rate:.2f}, hint regret {r.regret:.2f}):\n"
-      + _env_block(r)
-      for i, r in enumerate(seeds)
-    )
+    shown = memory_examples(seeds)
     parts.append(
       "## Earlier games that taught well\n\n"
       "The agent solved these only some of the time, and a hint helped it noticeably: they sat "
@@ -119,7 +126,7 @@ def designer_messages(
     parts.append(
       f"## Avoid: {label}\n\n"
       f"The agent's win rate on this earlier game was {negative.win_rate:.2f}, so it was "
-      f"{label} to teach anything. Do not write a game like it.\n\n" + _env_block(negative)
+      f"{label} to teach anything. Do not write a game like it.\n\n" + env_block(negative)
     )
   parts.append("## Output\n\n" + OUTPUT_FORMAT)
   return [

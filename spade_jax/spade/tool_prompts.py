@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spade_jax.spade.memory import EnvRecord
+from spade_jax.spade.prompts import OUTPUT_FORMAT, bullets, env_block, memory_examples
 from spade_jax.spade.skills import Skill
 
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -105,11 +106,6 @@ Make this a multi-turn task, the way a real user works: several short, atomic in
 - Every value an instruction needs (an id, an amount, a name) is either stated in its words or readable through a tool.
 - Set `self.expected_answer = "done"`; the final turn of `solution()` is `<answer>done</answer>`, after tool calls that satisfy every instruction in order."""
 
-OUTPUT_FORMAT = (
-  "Reply with the complete module in a single fenced ```python code block. Put nothing after "
-  "the block."
-)
-
 TOOL_HINT_SYSTEM = (
   "You write short hints for assistants that must complete tasks by calling tools. A good hint "
   "says which tools matter and in which order, and how the answer must be written; it never "
@@ -123,14 +119,6 @@ TOOL_AGENT_SYSTEM = (
   "to do next. When the request is complete, reply with the final answer as "
   "<answer>...</answer> and no tool call."
 )
-
-
-def _bullets(items: Sequence[str]) -> str:
-  return "\n".join(f"- {x}" for x in items)
-
-
-def _env_block(rec: EnvRecord) -> str:
-  return f"```python\n{rec.source.rstrip()}\n```"
 
 
 def tool_designer_messages(
@@ -156,7 +144,7 @@ def tool_designer_messages(
   parts = [
     f"Design a new tool-use environment that trains the skill **{skill.name}**.",
     skill.description,
-    "Task ideas for this skill (inspiration, not a list to copy):\n" + _bullets(skill.examples),
+    "Task ideas for this skill (inspiration, not a list to copy):\n" + bullets(skill.examples),
     f"Difficulty: **{difficulty}**. {TOOL_DIFFICULTY[difficulty]}",
     "## Environment contract\n\n" + TOOL_ENV_CONTRACT,
   ]
@@ -172,11 +160,7 @@ def tool_designer_messages(
       "quote or refer to it."
     )
   if seeds:
-    shown = "\n\n".join(
-      f"Example {i + 1} (agent win rate {r.win_rate:.2f}, hint regret {r.regret:.2f}):\n"
-      + _env_block(r)
-      for i, r in enumerate(seeds)
-    )
+    shown = memory_examples(seeds)
     parts.append(
       "## Earlier environments that taught well\n\n"
       "The assistant completed these only some of the time, and a hint helped it noticeably. "
@@ -187,7 +171,7 @@ def tool_designer_messages(
     parts.append(
       f"## Avoid: {label}\n\n"
       f"The assistant's win rate on this earlier environment was {negative.win_rate:.2f}, so it "
-      f"was {label} to teach anything. Do not write one like it.\n\n" + _env_block(negative)
+      f"was {label} to teach anything. Do not write one like it.\n\n" + env_block(negative)
     )
   parts.append("## Output\n\n" + OUTPUT_FORMAT)
   return [
