@@ -161,20 +161,14 @@ def test_rerun_resumes_and_extends(reference_run, policy_dirs, tmp_path):
   assert [r["step"] for r in rows3] == [0, 1, 2] and rows3[:2] == rows
 
 
-def test_sigkill_mid_step_then_rerun_gives_identical_metrics(reference_run, policy_dirs, tmp_path):
-  ref_dir, _ = reference_run
-  workdir = tmp_path / "killed"
-  cmd = [
-    sys.executable,
-    str(Path(__file__).parent / "loop_driver.py"),
-    str(workdir),
-    *policy_dirs,
-    "2",
-  ]
+def kill_mid_step_then_rerun(cmd: list, workdir: Path) -> list:
+  """Runs ``cmd`` (a loop driver writing ``workdir``), SIGKILLs it as soon as step 0 is
+  checkpointed (somewhere inside step 1), checks only step 0 was logged, reruns it to the end
+  and returns the metrics rows without perf/ keys."""
   proc = subprocess.Popen(
     cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
   )
-  try:  # kill as soon as step 0 is checkpointed, i.e. somewhere inside step 1
+  try:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
       if (workdir / "checkpoints" / "1").exists():
@@ -188,9 +182,15 @@ def test_sigkill_mid_step_then_rerun_gives_identical_metrics(reference_run, poli
   rows = metrics.read_metrics(workdir / "metrics.jsonl")
   assert [r["step"] for r in rows] == [0]
   subprocess.run(cmd, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
-  want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
-  assert got == want
+  return _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
+
+
+def test_sigkill_mid_step_then_rerun_gives_identical_metrics(reference_run, policy_dirs, tmp_path):
+  ref_dir, _ = reference_run
+  workdir = tmp_path / "killed"
+  driver = str(Path(__file__).parent / "loop_driver.py")
+  got = kill_mid_step_then_rerun([sys.executable, driver, str(workdir), *policy_dirs, "2"], workdir)
+  assert got == _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
 
 
 def test_changed_config_is_refused(tmp_path, policy_dirs, scripted_designer):

@@ -8,16 +8,13 @@ designer rewards (blend), the GRPO update without std normalisation, checkpoints
 """
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hf_fixtures import save_hf_model, tiny_tokenizer_dir
+from test_loop import kill_mid_step_then_rerun
 
 from spade_jax import metrics, train
 from spade_jax.spade import designer as designer_lib
@@ -149,31 +146,7 @@ def test_tool_loop_sigkill_mid_step_then_rerun_gives_identical_metrics(
 ):
   ref_dir, _ = reference_run
   workdir = tmp_path / "killed"
-  cmd = [
-    sys.executable,
-    str(Path(__file__).parent / "loop_driver.py"),
-    str(workdir),
-    *policy_dirs,
-    "2",
-    "tool_use",
-  ]
-  proc = subprocess.Popen(
-    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-  )
-  try:  # kill as soon as step 0 is checkpointed, i.e. somewhere inside step 1
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-      if (workdir / "checkpoints" / "1").exists():
-        time.sleep(2.0)
-        break
-      time.sleep(0.2)
-    assert proc.poll() is None, "the run ended before it could be killed mid-step"
-    os.killpg(proc.pid, signal.SIGKILL)
-  finally:
-    proc.wait(timeout=60)
-  rows = metrics.read_metrics(workdir / "metrics.jsonl")
-  assert [r["step"] for r in rows] == [0]
-  subprocess.run(cmd, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  got = _comparable(metrics.read_metrics(workdir / "metrics.jsonl"))
-  want = _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
-  assert got == want
+  driver = str(Path(__file__).parent / "loop_driver.py")
+  cmd = [sys.executable, driver, str(workdir), *policy_dirs, "2", "tool_use"]
+  got = kill_mid_step_then_rerun(cmd, workdir)
+  assert got == _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
