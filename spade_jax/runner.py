@@ -231,7 +231,38 @@ class Run:
       print(f"warning: closing the run after an error failed too: {e!r}", file=sys.stderr)
 
 
+def load_policy(config, mesh):
+  """``(model, model config, tokenizer)`` of a config's ``model`` section on ``mesh`` (bad
+  paths or an incompatible tokenizer raise `UserError`)."""
+  import jax.numpy as jnp
+
+  from spade_jax.models import CheckpointError, load_pretrained
+  from spade_jax.tokenizer import TokenizerError, load_tokenizer
+
+  try:
+    tok = load_tokenizer(config.model.tokenizer or config.model.path)
+  except TokenizerError as e:
+    raise UserError(f"tokenizer: {e}") from e
+  try:
+    model, cfg = load_pretrained(
+      config.model.path,
+      dtype=jnp.dtype(config.model.dtype),
+      param_dtype=jnp.float32,
+      mesh=mesh,
+      remat=config.model.remat,
+    )
+  except (CheckpointError, ValueError) as e:
+    raise UserError(f"model: {e}") from e
+  if tok.vocab_size > cfg.vocab_size:
+    raise UserError(
+      f"tokenizer has {tok.vocab_size} tokens but the model's vocabulary is "
+      f"{cfg.vocab_size}: incompatible tokenizer"
+    )
+  return model, cfg, tok
+
+
 __all__ = [
+  "load_policy",
   "RESUMABLE_CHANGES",
   "Run",
   "UserError",

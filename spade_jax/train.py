@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import metrics, runner, sharding
@@ -33,32 +32,6 @@ def check_config(config) -> None:
       "(the tiny front end: spade_jax.tiny.train.train_tiny, or experiments/run.py)"
     )
   spade_config.check_config(config)
-
-
-def _load_policy(config, mesh):
-  from spade_jax.models import CheckpointError, load_pretrained
-  from spade_jax.tokenizer import TokenizerError, load_tokenizer
-
-  try:
-    tok = load_tokenizer(config.model.tokenizer or config.model.path)
-  except TokenizerError as e:
-    raise UserError(f"tokenizer: {e}") from e
-  try:
-    model, cfg = load_pretrained(
-      config.model.path,
-      dtype=jnp.dtype(config.model.dtype),
-      param_dtype=jnp.float32,
-      mesh=mesh,
-      remat=config.model.remat,
-    )
-  except (CheckpointError, ValueError) as e:
-    raise UserError(f"model: {e}") from e
-  if tok.vocab_size > cfg.vocab_size:
-    raise UserError(
-      f"tokenizer has {tok.vocab_size} tokens but the model's vocabulary is "
-      f"{cfg.vocab_size}: incompatible tokenizer"
-    )
-  return model, cfg, tok
 
 
 def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
@@ -100,7 +73,7 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.engine.generate import Engine
   from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
   from spade_jax.envs.sandbox.validate import ValidatorConfig
-  from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
+  from spade_jax.rl.optimizer import make_optimizer
   from spade_jax.rl.train_state import create_train_state
   from spade_jax.rl.update import make_update
   from spade_jax.rollout.chat import ChatFraming
@@ -124,16 +97,10 @@ def _train(config, run: runner.Run) -> dict:
     except corpus_lib.CorpusError as e:
       raise UserError(f"corpus: {e}") from e
   mesh = sharding.make_mesh(tuple(config.mesh.shape))
-  model, model_cfg, tok = _load_policy(config, mesh)
+  model, model_cfg, tok = runner.load_policy(config, mesh)
   engine = Engine(model, mesh=mesh)
   loss_cfg = spade_config.loss_config(config)
-  opt_cfg = OptimizerConfig(
-    learning_rate=config.train.learning_rate,
-    b1=config.train.b1,
-    b2=config.train.b2,
-    weight_decay=config.train.weight_decay,
-    grad_clip_norm=config.train.grad_clip_norm or None,
-  )
+  opt_cfg = spade_config.optimizer_config(config)
   graphdef, state = create_train_state(
     model,
     make_optimizer(opt_cfg),

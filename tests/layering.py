@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Layer of each module-name prefix (longest prefix wins), lowest first. Within one group (the
 # prefix that matched) imports are free; across groups they must go to a lower layer.
-#   experiments -> {train, tiny} -> {runner, spade, eval} -> {rollout, rl} -> {envs, engine}
+#   experiments -> {train, tiny} -> eval -> {runner, spade, plan} -> {rollout, rl} -> {envs, engine}
 #   -> models -> sharding
 LAYERS = {
   "sharding": 0,
@@ -40,10 +40,10 @@ LAYERS = {
   "plots": 7,
   "runner": 8,
   "spade": 8,
-  "eval": 8,
   "plan": 8,
-  "train": 9,
-  "tiny": 9,
+  "eval": 9,  # suites reuse the agent prompts of `spade`; `train` runs them in-loop
+  "train": 10,
+  "tiny": 10,
 }
 
 

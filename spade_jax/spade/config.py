@@ -269,3 +269,16 @@ def parse_config_arg(arg: str, allowed: dict[str, tuple[str, ...] | None]) -> di
       raise ValueError(f"config argument {key}={value!r}; expected one of {list(choices)}")
     out[key] = value
   return out
+
+
+def optimizer_config(c):
+  """The AdamW settings of a config's ``train`` section."""
+  from spade_jax.rl.optimizer import OptimizerConfig
+
+  return OptimizerConfig(
+    learning_rate=c.train.learning_rate,
+    b1=c.train.b1,
+    b2=c.train.b2,
+    weight_decay=c.train.weight_decay,
+    grad_clip_norm=c.train.grad_clip_norm or None,
+  )

@@ -118,15 +118,23 @@ class LibraryEntry:
 
 
 def library_entries(kind: str) -> list[LibraryEntry]:
-  """The library environments of a kind: the games' Python twins, or the tool library."""
+  """The library environments of a kind that may be training environments: the games' Python
+  twins, or the tool library, without the held-out ones (`HELDOUT_FAMILIES`,
+  `HELDOUT_TOOL_ENVS`: the held-out evaluation's)."""
   if kind == "tool":
-    from spade_jax.envs.library.tool_library import TOOL_ENVS
+    from spade_jax.envs.library.tool_library import HELDOUT_TOOL_ENVS, TOOL_ENVS
 
-    return [LibraryEntry(e.name, e.skill, e.source, e.class_name) for e in TOOL_ENVS.values()]
-  from spade_jax.envs.library import FAMILIES
+    return [
+      LibraryEntry(e.name, e.skill, e.source, e.class_name)
+      for e in TOOL_ENVS.values()
+      if e.name not in HELDOUT_TOOL_ENVS
+    ]
+  from spade_jax.envs.library import FAMILIES, HELDOUT_FAMILIES
 
   return [
-    LibraryEntry(f.name, f.skill, f.twin_source(), f.twin.__name__) for f in FAMILIES.values()
+    LibraryEntry(f.name, f.skill, f.twin_source(), f.twin.__name__)
+    for f in FAMILIES.values()
+    if f.name not in HELDOUT_FAMILIES
   ]
 
 

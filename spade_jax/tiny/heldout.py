@@ -28,13 +28,11 @@ import numpy as np
 from flax import nnx
 
 from spade_jax.envs.ir import assembly
+from spade_jax.envs.library import HELDOUT_FAMILIES
 from spade_jax.rollout.device import DeviceRollout
 from spade_jax.rollout.host import RolloutConfig
 from spade_jax.tiny.language import tiny_library
 
-# Held out: one family of each answer kind (a yes/no bit, a small count, an int list, a
-# number-theory int), across four skills; the rest train (warm start, the fixed pool).
-HELDOUT_FAMILIES = ("logic", "nim", "sorting", "gcd_lcm")
 
 
 def split_families(names, only=()) -> tuple[tuple[str, ...], tuple[str, ...]]:

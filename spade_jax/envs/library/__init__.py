@@ -132,3 +132,9 @@ FAMILIES: dict[str, Family] = {
     ),
   ]
 }
+
+# Never training environments (the Python loop's library pool, the tiny path's warm start and
+# fixed pool leave them out): one family of each answer kind (a yes/no bit, a small count, an
+# int list, a number-theory int), across four skills. They are the held-out evaluation's
+# unseen families (`spade_jax.eval.library_suites`, `spade_jax.tiny.heldout`).
+HELDOUT_FAMILIES = ("logic", "nim", "sorting", "gcd_lcm")

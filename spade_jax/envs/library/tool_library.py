@@ -76,6 +76,12 @@ TOOL_ENVS: dict[str, ToolLibraryEnv] = {
   ]
 }
 
+# Never training environments (left out of the tool-use loop's library pool): four domains, one
+# each of Multi-Step, API Orchestration, State Modification and Error Recovery; every skill
+# keeps at least one training environment. The held-out evaluation's unseen domains
+# (`spade_jax.eval.library_suites`).
+HELDOUT_TOOL_ENVS = ("vehicle", "records", "library_loans", "it_tickets")
+
 
 def _import_tool_env(name, globals=None, locals=None, fromlist=(), level=0):
   if name == "tool_env" and level == 0:

@@ -1,0 +1,1 @@
+"""Offline and in-loop evaluation: suites, players, results (docs/DESIGN.md)."""
