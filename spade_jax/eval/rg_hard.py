@@ -16,8 +16,10 @@ for ``<answer>...</answer>`` (``first_message``). Both instructions reach the mo
 takes the last ``<answer>`` block and falls back to the last ``\\boxed{}``; the task's own
 ``score_answer`` scores it (partial credit is the task's rule; a scorer exception scores 0, and
 so does a response with neither, where that harness handed the scorer None and three tasks
-give 0.01). An episode is one assistant turn; ``info["eval"]["solved"]`` marks full marks (the
-harness's win rate counts those).
+give 0.01). An episode is one assistant turn. Its reward, the suite's score, is the paper's
+**win**: 1 when the task's scorer gives full marks (``>= 1``), else 0, as that harness's
+``win_rate`` columns count it; the scorer's own (possibly partial) score is kept in
+``info["eval"]["score"]``.
 """
 
 from __future__ import annotations
@@ -215,8 +217,9 @@ class RgHardEnv:
   def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
     answer = extract_answer(action)
     score = score_answer(self.dataset, answer, self.entry)
-    info = {"eval": {"answer": answer, "score": score, "solved": score >= 1.0}}
-    return "", score, True, False, info
+    solved = score >= 1.0 - 1e-9
+    info = {"eval": {"answer": answer, "score": score, "solved": solved}}
+    return "", float(solved), True, False, info
 
 
 class RgHardSuite:
@@ -227,7 +230,7 @@ class RgHardSuite:
   system = None
   max_turns = 1  # the harness allowed 2, but the environment ends after the first answer
   max_new_tokens = 8192
-  metric = "accuracy"
+  metric = "win_rate"
   sampling = Sampling(temperature=0.6, top_p=0.8, top_k=20)
   categories = BUCKETS
 
