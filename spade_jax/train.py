@@ -32,31 +32,48 @@ def check_config(config) -> None:
       "(the tiny front end: spade_jax.tiny.train.train_tiny, or experiments/run.py)"
     )
   spade_config.check_config(config)
+  from spade_jax.eval import registry
+
+  registry.parse_names(config.eval.suites)  # ValueError on an unknown suite
 
 
-def _respond_fn(engine, tok, params_fn, max_new_tokens, max_context):
-  from spade_jax.engine.generate import SamplingParams
+def _eval_suites(config) -> list:
+  """The in-loop evaluation's suites (config ``eval``); none when it never runs."""
+  from spade_jax.eval import registry
 
-  def respond(conversations):
-    prompts = [tok.apply_chat_template(c) for c in conversations]
-    outs = []
-    for lo in range(0, len(prompts), 64):
-      chunk = prompts[lo : lo + 64]
-      cache = min(engine.bucket(max(map(len, chunk)) + max_new_tokens), max_context)
-      state = engine.init(
-        chunk,
-        max_new_tokens=max_new_tokens,
-        cache_size=cache,
-        stop_token_ids=list(tok.eos_ids),
-        params=params_fn(),
-      )
-      out = engine.outputs(
-        engine.run(state, SamplingParams.make(len(chunk), greedy=True), params=params_fn())
-      )
-      outs += [tok.decode([t for t in toks if t not in tok.eos_ids]) for toks in out.tokens]
-    return outs
+  if not (config.eval.every or config.eval.at_end):
+    return []
+  out = []
+  for name in registry.parse_names(config.eval.suites):
+    if name == "rg":
+      tasks = tuple(t for t in config.eval.tasks.split(",") if t)
+      if not tasks:
+        continue
+      kw = dict(tasks=tasks, items_per_task=config.eval.items_per_task, seed=config.eval.seed)
+      out.append(registry.make_suite(name, max_new_tokens=config.eval.max_new_tokens, **kw))
+    else:
+      try:
+        out.append(registry.make_suite(name))
+      except registry.SuiteUnavailable as e:
+        raise UserError(str(e)) from e
+  return out
 
-  return respond
+
+def _eval_metrics(summary: dict) -> dict[str, float]:
+  """Metrics of an in-loop evaluation: ``eval/<suite>/<category>`` for every suite, and for
+  the ``rg`` suite also the names the plots know (``eval/accuracy`` over all its items,
+  ``eval/<bucket>``)."""
+  from spade_jax.eval.harness import flat_metrics
+
+  row = flat_metrics(summary)
+  rg = summary.get("rg")
+  if rg:
+    cats = rg["categories"].values()
+    row["eval/accuracy"] = sum(v["mean"] * v["prompts"] for v in cats) / max(
+      1, sum(v["prompts"] for v in cats)
+    )
+    row.update({f"eval/{c}": v["mean"] for c, v in rg["categories"].items()})
+  return row
 
 
 def train(config, workdir) -> dict:
@@ -73,6 +90,8 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.engine.generate import Engine
   from spade_jax.envs.sandbox.pool import SandboxConfig, SandboxPool
   from spade_jax.envs.sandbox.validate import ValidatorConfig
+  from spade_jax.eval import harness
+  from spade_jax.eval.players import ModelPlayer
   from spade_jax.rl.optimizer import make_optimizer
   from spade_jax.rl.train_state import create_train_state
   from spade_jax.rl.update import make_update
@@ -81,7 +100,6 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.spade import prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
   from spade_jax.spade.designer import Designer, DesignerConfig
-  from spade_jax.spade.heldout import HeldoutConfig, HeldoutSet
   from spade_jax.spade.loop import LoopConfig, SpadeLoop
   from spade_jax.spade.memory import EnvMemory
 
@@ -202,14 +220,14 @@ def _train(config, run: runner.Run) -> dict:
   if host is not None:
     loop.load_host_state(host["loop"])
 
-  heldout = None
-  tasks = tuple(t for t in config.eval.tasks.split(",") if t)
-  if tasks and (config.eval.every or config.eval.at_end):
-    heldout = HeldoutSet(
-      HeldoutConfig(tasks=tasks, items_per_task=config.eval.items_per_task, seed=config.eval.seed)
-    )
-  respond = _respond_fn(
-    engine, tok, lambda: state.params, config.eval.max_new_tokens, config.agent.max_context
+  eval_suites = _eval_suites(config)
+  eval_player = ModelPlayer(
+    engine,
+    tok,
+    max_context=config.agent.max_context,
+    params_fn=lambda: state.params,
+    max_new_tokens=config.eval.max_new_tokens,
+    seed=config.seed,
   )
 
   run.open_metrics(wandb_project=config.wandb_project or None)
@@ -227,11 +245,18 @@ def _train(config, run: runner.Run) -> dict:
     tokens = row.get("train/batch_loss_tokens", 0.0)
     row["perf/tokens_per_s"] = tokens / dt
     row["perf/train_flops_per_step"] = 6.0 * params_n * tokens
-    if heldout is not None and (
+    if eval_suites and (
       (config.eval.every and (step + 1) % config.eval.every == 0) or (final and config.eval.at_end)
     ):
       t = time.perf_counter()
-      row.update(heldout.evaluate(respond, workdir / "eval" / f"step{step + 1:06d}.jsonl"))
+      summary = harness.evaluate(
+        eval_suites,
+        lambda suite: eval_player,
+        workdir / "eval" / str(step + 1),
+        k=config.eval.k,
+        limit=config.eval.limit or None,
+      )
+      row.update(_eval_metrics(summary))
       row["perf/eval_s"] = time.perf_counter() - t
     _write_transcripts(
       workdir / "transcripts" / f"step{step:06d}.jsonl", transcripts, config.transcripts_per_step

@@ -142,7 +142,7 @@ def test_loop_end_to_end(reference_run):
   assert g[0]["translated"] and not g[1]["translated"] and "line" in g[1]["translation_reason"]
   assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
   assert (workdir / "checkpoints").exists() and (workdir / "config.json").exists()
-  assert list((workdir / "eval").glob("*.jsonl")) and list((workdir / "transcripts").glob("*"))
+  assert list((workdir / "eval").glob("*/rg.jsonl")) and list((workdir / "transcripts").glob("*"))
 
 
 def test_rerun_resumes_and_extends(reference_run, policy_dirs, tmp_path):

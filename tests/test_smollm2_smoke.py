@@ -46,4 +46,4 @@ def test_smollm2_smoke_iteration(tmp_path):
   assert any(isinstance(h, str) for h in hints)  # the policy wrote hints for the pool
   assert (workdir / "checkpoints" / "1").is_dir()
   assert len(list((workdir / "plots").glob("*.png"))) >= 4
-  assert list((workdir / "eval").glob("*.jsonl")) and (workdir / "config.json").exists()
+  assert list((workdir / "eval").glob("*/rg.jsonl")) and (workdir / "config.json").exists()

@@ -46,11 +46,19 @@ class _Recording:
   def __init__(self, env):
     self.env = env
     self.last_info: dict = {}
+    self._first = None  # a reset taken ahead (to size the cache), handed out once
 
   def reset(self, seed=None):
-    out = self.env.reset(seed=seed)
+    if self._first is not None and self._first[0] == seed:
+      out, self._first = self._first[1], None
+    else:
+      out = self.env.reset(seed=seed)
     self.last_info = out[1] if isinstance(out, tuple) and len(out) > 1 else {}
     return out
+
+  def reset_ahead(self, seed):
+    self._first = (seed, self.env.reset(seed=seed))
+    return self._first[1]
 
   def step(self, action):
     out = self.env.step(action)
@@ -171,6 +179,9 @@ class ModelPlayer:
 
   def _chunk(self, suite: Suite, items: list[Item], offset: int) -> list[Episode]:
     envs = [_Recording(suite.make_env(p)) for p, _ in items]
+    cfg = self.rollout_config(suite)
+    if suite.max_turns == 1:  # one turn: the cache needs the longest prompt + one answer only
+      cfg = dataclasses.replace(cfg, max_context=self._single_turn_cache(suite, items, envs, cfg))
     res = host_rollout.play(
       self.engine,
       self.tok,
@@ -178,7 +189,7 @@ class ModelPlayer:
       host_rollout.LocalEnvBatch(envs),
       [p.seed for p, _ in items],
       lambda i, obs: suite.first_message(items[i][0], obs),
-      self.rollout_config(suite),
+      cfg,
       seed=self.seed + 7919 * offset + sum(s for _, s in items),
       params=self.params_fn(),
     )
@@ -200,3 +211,14 @@ class ModelPlayer:
         )
       )
     return eps
+
+  def _single_turn_cache(self, suite: Suite, items: list[Item], envs, cfg) -> int:
+    framing, longest = self.framing(suite), 1
+    for (p, _), env in zip(items, envs):
+      try:
+        obs, info = env.reset_ahead(p.seed)
+      except Exception:  # host.play's own reset reports it
+        continue
+      ids = framing.open(self.tok, suite.first_message(p, obs), info)
+      longest = max(longest, len(ids))
+    return min(cfg.max_context, self.engine.bucket(longest + cfg.max_new_tokens + 1))

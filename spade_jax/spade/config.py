@@ -115,9 +115,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.every = 0  # 0: only at the end
   c.eval.at_end = True
+  # suites run in-loop (spade_jax.eval.registry; "paper" = rg_hard,bfcl_v4,heldout_games,
+  # heldout_tools); the same code as experiments/eval.py, written to <workdir>/eval/<step>/
+  c.eval.suites = "rg"
+  c.eval.k = 1  # samples per prompt (avg@k)
+  c.eval.limit = 0  # first N prompts of each category of each suite (0: all)
+  c.eval.max_new_tokens = 512  # cap on sampled tokens per turn, every suite
+  # the "rg" suite: Reasoning-Gym tasks at default difficulty, greedy, \boxed{} answers
   c.eval.tasks = ",".join(DEFAULT_TASKS)
   c.eval.items_per_task = 8
-  c.eval.max_new_tokens = 512
   c.eval.seed = 1234
 
   c.checkpoint_every = 1
@@ -205,6 +211,8 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   tasks = [t for t in c.eval.tasks.split(",") if t]
   unknown = [t for t in tasks if t not in TASK_BUCKET]
   need(not unknown, f"eval.tasks has unknown task(s) {unknown}; known: {sorted(TASK_BUCKET)}")
+  need(c.eval.k >= 1, f"eval.k must be >= 1, got {c.eval.k}")
+  need(c.eval.limit >= 0, f"eval.limit must be >= 0, got {c.eval.limit}")
   need(
     len(c.mesh.shape) == 3,
     f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",
