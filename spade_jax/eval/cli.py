@@ -18,6 +18,7 @@ already written. Prints the markdown table (avg@k in percent ± standard error),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -36,7 +37,11 @@ def parser() -> argparse.ArgumentParser:
   )
   p.add_argument("--workdir", required=True, help="the run (or an output directory)")
   p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-  p.add_argument("--suites", default="paper", help=f"comma list of {', '.join(registry.SUITES)}")
+  p.add_argument(
+    "--suites",
+    default="paper",
+    help=f"comma list of {', '.join(registry.SUITES)}, 'paper', or SUITE:CATEGORY",
+  )
   p.add_argument("--k", type=int, default=1, help="samples per prompt (avg@k)")
   p.add_argument("--limit", type=int, default=None, help="first N prompts of each category")
   p.add_argument("--policy", choices=("model", "ground_truth", "none"), default="model")
@@ -47,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--batch", type=int, default=64, help="episodes decoded together")
   p.add_argument("--max_context", type=int, default=None, help="KV cache slots per episode")
   p.add_argument("--max_new_tokens", type=int, default=None, help="cap on tokens per turn")
+  p.add_argument("--max_turns", type=int, default=None, help="cap on assistant turns")
   p.add_argument("--greedy", action="store_true", help="greedy decoding for every suite")
   p.add_argument("--temperature", type=float, default=None)
   p.add_argument("--top_p", type=float, default=None)
@@ -140,6 +146,7 @@ def _rows(summary: dict) -> list[dict]:
           "prompts": v["prompts"],
           "k": s["k"],
           "metric": s.get("metric", "accuracy"),
+          "errors": s["errors"],
         }
       )
   return out
@@ -147,14 +154,17 @@ def _rows(summary: dict) -> list[dict]:
 
 def run(args) -> dict:
   workdir = Path(args.workdir)
-  if args.k < 1 or (args.limit is not None and args.limit < 1) or args.batch < 1:
-    raise UserError("--k, --limit and --batch must be positive")
+  optional = (args.limit, args.max_turns, args.max_new_tokens, args.max_context)
+  if min(args.k, args.batch, *(v for v in optional if v is not None)) < 1:
+    raise UserError(
+      "--k, --limit, --batch, --max_turns, --max_new_tokens and --max_context must be positive"
+    )
   try:
-    names = registry.parse_names(args.suites)
+    selection = registry.parse_selection(args.suites)
   except ValueError as e:
     raise UserError(str(e)) from e
   suites = []
-  for n in names:
+  for n in selection:
     try:
       suites.append(registry.make_suite(n))
     except registry.SuiteUnavailable as e:
@@ -170,6 +180,7 @@ def run(args) -> dict:
       batch=args.batch,
       seed=args.seed,
       max_new_tokens=args.max_new_tokens,
+      max_turns=args.max_turns,
     )
 
     def player_for(suite):
@@ -186,7 +197,12 @@ def run(args) -> dict:
 
   out = workdir / "eval" / (args.label or label)
   log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
-  return harness.evaluate(suites, player_for, out, k=args.k, limit=args.limit, log=log)
+  try:
+    return harness.evaluate(
+      suites, player_for, out, k=args.k, limit=args.limit, categories=selection, log=log
+    )
+  except ValueError as e:  # an unknown category
+    raise UserError(str(e)) from e
 
 
 def _empty(prompt):
@@ -201,7 +217,11 @@ def _has_oracle(suite) -> bool:
 def main(argv: list[str] | None = None) -> int:
   args = parser().parse_args(argv)
   try:
-    summary = run(args)
+    if args.json:  # stdout carries only the JSON lines (dataset generators print)
+      with contextlib.redirect_stdout(sys.stderr):
+        summary = run(args)
+    else:
+      summary = run(args)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

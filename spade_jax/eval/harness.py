@@ -25,11 +25,13 @@ def evaluate(
   *,
   k: int = 1,
   limit: int | None = None,
+  categories: dict[str, tuple[str, ...]] | None = None,
   flush: int = 64,
   log: Callable[[str], None] = lambda s: None,
 ) -> dict[str, dict]:
   """``{suite name: results.summarize(...)}`` (module docstring); ``player_for(suite)`` gives
-  the player (`players.ModelPlayer` / `players.ScriptedPlayer`) of a suite."""
+  the player (`players.ModelPlayer` / `players.ScriptedPlayer`) of a suite; ``categories``
+  keeps only the named categories of a suite (absent or empty: all)."""
   if k < 1:
     raise ValueError(f"k must be >= 1, got {k}")
   out = Path(out)
@@ -39,7 +41,15 @@ def evaluate(
     t0 = time.perf_counter()
     path = out / f"{suite.name}.jsonl"
     done = results.read_records(path)
-    prompts = limit_prompts(suite.prompts(), limit)
+    prompts = suite.prompts()
+    keep = (categories or {}).get(suite.name)
+    if keep:
+      have = {p.category for p in prompts}
+      unknown = sorted(set(keep) - have)
+      if unknown:
+        raise ValueError(f"{suite.name} has no category {unknown}; it has {sorted(have)}")
+      prompts = [p for p in prompts if p.category in keep]
+    prompts = limit_prompts(prompts, limit)
     wanted = [(p, s) for p in prompts for s in range(k)]
     todo = [(p, s) for p, s in wanted if (p.id, s) not in done]
     log(f"{suite.name}: {len(wanted)} episodes ({len(wanted) - len(todo)} already written)")

@@ -100,7 +100,7 @@ class ScriptedPlayer:
         transcript.append({"role": "assistant", "content": action})
         turns += 1
         obs, reward, term, trunc, info = env.step(action)
-        if not (term or trunc):
+        if not (term or trunc) and turns < suite.max_turns:  # as host.play: no unanswered turn
           transcript.extend(_feedback(suite.framing, obs, info))
     except Exception as e:  # a benchmark env raising is a harness bug: recorded, scored 0
       return Episode(
@@ -131,7 +131,8 @@ class ModelPlayer:
   """Plays episodes with the policy model through `rollout.host.play`, ``batch`` at a time.
 
   ``params_fn()`` gives the parameters to sample with (None: the engine's own); ``sampling``
-  overrides every suite's default; ``max_context`` caps the KV cache per episode."""
+  overrides every suite's default; ``max_context`` caps the KV cache per episode,
+  ``max_new_tokens`` / ``max_turns`` cap a suite's own (smoke runs)."""
 
   def __init__(
     self,
@@ -144,11 +145,12 @@ class ModelPlayer:
     batch: int = 64,
     seed: int = 0,
     max_new_tokens: int | None = None,
+    max_turns: int | None = None,
   ):
     self.engine, self.tok = engine, tok
     self.max_context, self.params_fn = max_context, params_fn
     self.sampling, self.batch, self.seed = sampling, batch, seed
-    self.max_new_tokens = max_new_tokens
+    self.max_new_tokens, self.max_turns = max_new_tokens, max_turns
     self._framings: dict = {}
 
   def framing(self, suite: Suite):
@@ -162,7 +164,7 @@ class ModelPlayer:
     s = self.sampling or suite.sampling
     new = min(self.max_new_tokens or suite.max_new_tokens, suite.max_new_tokens)
     return host_rollout.RolloutConfig(
-      max_turns=suite.max_turns,
+      max_turns=min(self.max_turns or suite.max_turns, suite.max_turns),
       max_new_tokens=min(new, self.max_context - 1),
       max_context=self.max_context,
       temperature=s.temperature,
@@ -180,45 +182,58 @@ class ModelPlayer:
   def _chunk(self, suite: Suite, items: list[Item], offset: int) -> list[Episode]:
     envs = [_Recording(suite.make_env(p)) for p, _ in items]
     cfg = self.rollout_config(suite)
-    if suite.max_turns == 1:  # one turn: the cache needs the longest prompt + one answer only
-      cfg = dataclasses.replace(cfg, max_context=self._single_turn_cache(suite, items, envs, cfg))
-    res = host_rollout.play(
-      self.engine,
-      self.tok,
-      self.framing(suite),
-      host_rollout.LocalEnvBatch(envs),
-      [p.seed for p, _ in items],
-      lambda i, obs: suite.first_message(items[i][0], obs),
-      cfg,
-      seed=self.seed + 7919 * offset + sum(s for _, s in items),
-      params=self.params_fn(),
-    )
-    eps = []
-    for i, (p, s) in enumerate(items):
-      term = bool(res.terminated[i])
-      eps.append(
-        Episode(
+    lengths = self._prompt_lengths(suite, items, envs)
+    out: list[Episode | None] = [None] * len(items)
+    play = []
+    for i, n in enumerate(lengths):
+      if n is not None and n + 1 >= cfg.max_context:  # the first prompt alone fills the cache
+        p, s = items[i]
+        why = f"prompt too long: {n} tokens for a cache of {cfg.max_context} (raise max_context)"
+        out[i] = Episode(p.id, p.category, s, 0.0, 0, False, True, [], error=why)
+      else:
+        play.append(i)
+    if suite.max_turns == 1 and play:  # one turn: the longest prompt + one answer suffice
+      longest = max(lengths[i] or 1 for i in play)
+      cache = min(cfg.max_context, self.engine.bucket(longest + cfg.max_new_tokens + 1))
+      cfg = dataclasses.replace(cfg, max_context=cache)
+    if play:
+      sub = [items[i] for i in play]
+      res = host_rollout.play(
+        self.engine,
+        self.tok,
+        self.framing(suite),
+        host_rollout.LocalEnvBatch([envs[i] for i in play]),
+        [p.seed for p, _ in sub],
+        lambda j, obs: suite.first_message(sub[j][0], obs),
+        cfg,
+        seed=self.seed + 7919 * offset + sum(s for _, s in items),
+        params=self.params_fn(),
+      )
+      for j, i in enumerate(play):
+        p, s = items[i]
+        term = bool(res.terminated[j])
+        out[i] = Episode(
           p.id,
           p.category,
           s,
-          score_of(float(res.reward[i]), term),
-          int(res.turns[i]),
+          score_of(float(res.reward[j]), term),
+          int(res.turns[j]),
           term,
           not term,
-          res.transcripts[i],
+          res.transcripts[j],
           _detail(envs[i].last_info) if term else None,
-          res.errors[i],
+          res.errors[j],
         )
-      )
-    return eps
+    return out
 
-  def _single_turn_cache(self, suite: Suite, items: list[Item], envs, cfg) -> int:
-    framing, longest = self.framing(suite), 1
+  def _prompt_lengths(self, suite: Suite, items: list[Item], envs) -> list[int | None]:
+    """Tokens of each episode's first prompt (None: its reset failed; host.play reports it)."""
+    framing, out = self.framing(suite), []
     for (p, _), env in zip(items, envs):
       try:
         obs, info = env.reset_ahead(p.seed)
-      except Exception:  # host.play's own reset reports it
+      except Exception:
+        out.append(None)
         continue
-      ids = framing.open(self.tok, suite.first_message(p, obs), info)
-      longest = max(longest, len(ids))
-    return min(cfg.max_context, self.engine.bucket(longest + cfg.max_new_tokens + 1))
+      out.append(len(framing.open(self.tok, suite.first_message(p, obs), info)))
+    return out

@@ -87,5 +87,23 @@ def parse_names(text: str) -> list[str]:
   return names
 
 
+def parse_selection(text: str) -> dict[str, tuple[str, ...]]:
+  """``"rg_hard,bfcl_v4:multi_turn_base,bfcl_v4:multi_turn_miss_func"`` -> ``{suite name:
+  categories to keep}`` (an empty tuple keeps every category); ``paper`` as in `parse_names`."""
+  out: dict[str, tuple[str, ...]] = {}
+  for part in (x.strip() for x in text.split(",")):
+    if not part:
+      continue
+    name, _, cat = part.partition(":")
+    for n in parse_names(name):
+      if not cat:
+        out[n] = ()
+      elif out.get(n, None) != ():
+        out[n] = out.get(n, ()) + (cat,)
+  if not out:
+    raise ValueError("no suite given")
+  return out
+
+
 def make_suite(name: str, **kw) -> Suite:
   return SUITES[name](**kw)

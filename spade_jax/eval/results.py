@@ -30,8 +30,9 @@ def read_records(path: Path) -> dict[Key, dict]:
     return {}
   out: dict[Key, dict] = {}
   good: list[str] = []
-  torn = False
-  for line in path.read_text(encoding="utf-8").splitlines():
+  text = path.read_text(encoding="utf-8")
+  torn = bool(text) and not text.endswith("\n")  # a write cut before its newline
+  for line in text.splitlines():
     try:
       rec = json.loads(line)
       key = (str(rec["prompt_id"]), int(rec["sample"]))
@@ -76,8 +77,8 @@ def prompt_means(records: Iterable[dict]) -> dict[str, tuple[str, float, int]]:
 
 
 def summarize(records: Sequence[dict], categories: Sequence[str] | None = None) -> dict:
-  """``{"categories": {cat: {mean, se, prompts, samples}}, "overall": {mean, se}, "k": k,
-  "errors": n}`` over ``records`` (one suite); ``categories`` fixes the order (default: as
+  """``{"categories": {cat: {mean, se, prompts}}, "overall": {mean, se}, "k": k,
+  "episodes": n, "errors": n}`` over ``records`` (one suite); ``categories`` fixes the order (default: as
   first seen)."""
   by_cat: dict[str, list[float]] = defaultdict(list)
   ks = set()
