@@ -224,9 +224,10 @@ def _train(config, run: runner.Run) -> dict:
   eval_player = ModelPlayer(
     engine,
     tok,
-    max_context=config.agent.max_context,
+    max_context=config.eval.max_context or config.agent.max_context,
     params_fn=lambda: state.params,
     max_new_tokens=config.eval.max_new_tokens,
+    max_turns=config.eval.max_turns or None,
     seed=config.seed,
   )
 

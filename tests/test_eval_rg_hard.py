@@ -81,7 +81,7 @@ def test_prompts_are_the_hard_datasets_entries(spread):
     fresh = reasoning_gym.create_dataset(task, size=3, seed=42, **rg_hard.TASK_PARAMS[task])
     mine = [p for p in prompts if spread.task_of(p) == task]
     assert [p.id for p in mine] == [f"rg:{task}-hard/{i}" for i in range(3)]
-    assert [p.data["question"] for p in mine] == [fresh[i]["question"] for i in range(3)]
+    assert [spread.entry(p)["question"] for p in mine] == [fresh[i]["question"] for i in range(3)]
   # a per-bucket limit takes item 0 of different tasks first
   first = limit_prompts(prompts, 2)
   assert [spread.task_of(p) for p in first if p.category == "logic"] == [
@@ -93,7 +93,7 @@ def test_prompts_are_the_hard_datasets_entries(spread):
 def test_prompt_is_the_reference_answer_tag_prompt(spread):
   prompt = spread.prompts()[0]
   obs, _ = spread.make_env(prompt).reset(prompt.seed)
-  assert obs == prompt.data["question"] + "\n\nPut your final answer within \\boxed{}."
+  assert obs == spread.entry(prompt)["question"] + "\n\nPut your final answer within \\boxed{}."
   msg = spread.first_message(prompt, "Q?")
   assert msg.startswith("Given a problem, your task is to answer the question by thinking")
   assert "\nProblem: Q?\nOnce you have thought about the reasoning process" in msg
@@ -114,7 +114,7 @@ def test_extraction():
 
 def test_scores_match_the_tasks_own_scorer(spread):
   for prompt in spread.prompts():
-    task, entry = spread.task_of(prompt), prompt.data
+    task, entry = spread.task_of(prompt), spread.entry(prompt)
     ds = reasoning_gym.create_dataset(task, size=3, seed=42, **rg_hard.TASK_PARAMS[task])
     right, wrong = str(entry["answer"]), "definitely not it"
     assert ds.score_answer(right, entry) == 1.0 and ds.score_answer(wrong, entry) < 1.0

@@ -17,7 +17,13 @@ from hf_fixtures import save_hf_model
 from jax.sharding import PartitionSpec as P
 
 from spade_jax import sharding
-from spade_jax.engine.generate import Engine, SamplingParams, compilation_count, generate
+from spade_jax.engine.generate import (
+  Engine,
+  SamplingParams,
+  compilation_count,
+  generate,
+  tight_prompt_slots,
+)
 from spade_jax.engine.kv_cache import to_model_cache
 from spade_jax.models import init_cache, load_pretrained, save_pretrained
 from spade_jax.tokenizer import load_tokenizer
@@ -243,6 +249,26 @@ def test_right_padding_and_chunked_prefill_match():
   assert right.tokens == want
   engine = Engine(model, prefill_chunk=4)
   state = engine.init(prompts, max_new_tokens=64)
+  out = engine.outputs(engine.run(state, SamplingParams.make(4, greedy=True)))
+  assert out.tokens == want
+
+
+def test_prompt_whose_bucket_fills_the_cache_is_still_prefilled_in_chunks():
+  for longest, cache, max_chunk in [(22457, 32768, 512), (9, 10, 4), (7, 8, 512), (1, 2, 8)]:
+    P, chunk = tight_prompt_slots(longest, cache, max_chunk)
+    assert longest <= P < cache and P % chunk == 0 and chunk <= max_chunk
+  assert tight_prompt_slots(22457, 32768, 512) == (22528, 512)
+  assert tight_prompt_slots(9, 10, 4) == (9, 3)  # 12 would not fit: the largest chunk that does
+  with pytest.raises(ValueError):
+    tight_prompt_slots(10, 10, 4)
+  # greedy tokens unchanged when the cache is just big enough for the prompt's bucket to overflow
+  model, cfg, _ = _tiny("qwen3")
+  prompts = _prompts(cfg.vocab_size)
+  want = _greedy_qwen3().tokens
+  engine = Engine(model, prefill_chunk=4, buckets=(128,))
+  longest = max(len(p) for p in prompts)
+  assert engine.bucket(longest) >= longest + 65  # the prompt's bucket alone fills the cache
+  state = engine.init(prompts, max_new_tokens=64, cache_size=longest + 65)
   out = engine.outputs(engine.run(state, SamplingParams.make(4, greedy=True)))
   assert out.tokens == want
 

@@ -1,6 +1,7 @@
 """The real-model path: `smollm2_cpu.py:smoke` runs one full SPADE iteration with SmolLM2-135M
 (designer attempts, sandbox validation, hint writing, hinted / unhinted plays, update,
-checkpoint, held-out eval) through the same command a user types."""
+checkpoint, held-out eval on every offline suite but BFCL) through the same command a user
+types."""
 
 import json
 import os
@@ -40,6 +41,8 @@ def test_smollm2_smoke_iteration(tmp_path):
   assert row["agent/episodes"] > 0 and "agent/solve_rate_hint" in row
   assert row["train/valid_samples"] > 0 and row["train/update_skipped"] == 0.0
   assert "eval/accuracy" in row
+  for suite in ("rg", "rg_hard", "heldout_games", "heldout_tools"):  # one prompt per category
+    assert row[f"eval/{suite}/errors"] == 0.0 and 0.0 <= row[f"eval/{suite}/overall"] <= 1.0
   envs = list((workdir / "envs").glob("*.json"))
   assert len([p for p in envs if "attempt" in p.name]) == 2
   hints = [json.loads(p.read_text()).get("hint") for p in envs]

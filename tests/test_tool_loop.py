@@ -150,3 +150,35 @@ def test_tool_loop_sigkill_mid_step_then_rerun_gives_identical_metrics(
   cmd = [sys.executable, driver, str(workdir), *policy_dirs, "2", "tool_use"]
   got = kill_mid_step_then_rerun(cmd, workdir)
   assert got == _comparable(metrics.read_metrics(ref_dir / "metrics.jsonl"))
+
+
+def test_eval_cli_plays_every_suite_with_the_runs_checkpoint(reference_run, capsys):
+  """`experiments/eval.py` on the run: the checkpoint restores into the config's model and the
+  model plays one prompt per category of every offline suite through the real framings (BFCL's
+  prompts are ~12-22k tokens in this 512-token vocabulary: one category, its own cache)."""
+  from spade_jax.eval import cli
+
+  workdir, _ = reference_run
+  argv = ["--workdir", str(workdir), "--limit", "1", "--max_new_tokens", "4", "--max_turns", "2"]
+  rows = []
+  for suites, context in [
+    ("rg_hard,heldout_games,heldout_tools", "4096"),
+    ("bfcl_v4:multi_turn_miss_param", "32768"),  # on one device: 8 fake ones are 8x slower
+  ]:
+    mesh = ["--mesh", "1,1,1"] if suites.startswith("bfcl") else []
+    rc = cli.main([*argv, "--suites", suites, "--max_context", context, "--json", *mesh])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows += [json.loads(line) for line in out.splitlines()]
+  assert {r["suite"] for r in rows} == {"rg_hard", "heldout_games", "heldout_tools", "bfcl_v4"}
+  assert all(r["errors"] == 0 and 0.0 <= r["accuracy"] <= 1.0 for r in rows), rows
+  step_dir = workdir / "eval" / "2"  # the checkpoint after two updates
+  for suite in ("rg_hard", "heldout_games", "heldout_tools", "bfcl_v4"):
+    recs = [json.loads(x) for x in (step_dir / f"{suite}.jsonl").read_text().splitlines()]
+    assert recs and all(r["turns"] >= 1 for r in recs), suite
+    assert all(r["transcript"][1]["role"] == "assistant" for r in recs), suite
+  bfcl = json.loads((step_dir / "bfcl_v4.jsonl").read_text())
+  assert bfcl["prompt_id"].startswith("multi_turn_miss_param")
+  # a checkpoint that does not exist is one line and exit 2
+  assert cli.main([*argv, "--suites", "heldout_games", "--step", "7"]) == 2
+  assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: checkpoint")

@@ -58,6 +58,12 @@ def get_config(arg: str = ""):
     c.train.global_batch = 8
     c.eval.tasks = "basic_arithmetic,count_bits,syllogism"
     c.eval.items_per_task = 1
+    # every offline suite but BFCL (its ~7.5k-token prompts need an 8k cache: ~2.5 min per
+    # episode for SmolLM2 on a 2-core CPU), one prompt per category, two turns at most
+    c.eval.suites = "rg,rg_hard,heldout_games,heldout_tools"
+    c.eval.limit = 1
+    c.eval.max_turns = 2
+    c.eval.max_context = 2048  # tool specs take ~1k tokens
     c.eval.max_new_tokens = 24
     c.eval.every = 0
     c.progress = False

@@ -107,6 +107,20 @@ def _pow2_at_least(n: int) -> int:
   return 1 << max(0, int(n) - 1).bit_length()
 
 
+def tight_prompt_slots(longest: int, cache_size: int, max_chunk: int) -> tuple[int, int]:
+  """``(P, chunk)`` with ``longest <= P < cache_size`` and ``P % chunk == 0``, for a prompt
+  whose bucket does not fit the cache: the largest ``chunk <= max_chunk`` that fits, so a
+  long prompt is still prefilled in pieces (a ``[chunk, S]`` attention block at a time, never
+  ``[longest, S]`` at once: 11 GB for a 22k-token prompt in a 32k cache with 4 heads)."""
+  if not 0 < longest < cache_size:
+    raise ValueError(f"prompt of length {longest} does not fit a cache of {cache_size} slots")
+  for chunk in range(min(max_chunk, longest), 0, -1):
+    P = -(-longest // chunk) * chunk
+    if P < cache_size:
+      return P, chunk
+  raise AssertionError("unreachable: chunk 1 always fits")
+
+
 class Engine:
   """Jitted, optionally sharded sampler over one model (see the module docstring).
 
@@ -238,8 +252,8 @@ class Engine:
       S = min(self.bucket(P + int(max_new.max())), self.max_cache_size)
     else:
       S = int(cache_size)
-    if P >= S:  # the bucket does not fit the cache: fall back to the exact length
-      P, chunk = longest, longest
+    if P >= S:  # the bucket does not fit the cache: the tightest chunked layout that does
+      P, chunk = tight_prompt_slots(longest, S, self.prefill_chunk)
     stop_BK = self._stop_ids(stop_token_ids, B)
 
     tokens = np.zeros((B, P), np.int32)

@@ -58,6 +58,11 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--top_p", type=float, default=None)
   p.add_argument("--top_k", type=int, default=None)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument(
+    "--mesh",
+    default=None,
+    help="data,fsdp,tensor (default: the run's); fewer devices than present uses the first ones",
+  )
   return p
 
 
@@ -86,9 +91,28 @@ def _run_config(workdir: Path):
   return config
 
 
+def _mesh(args, config):
+  import jax
+
+  from spade_jax import sharding
+
+  if args.mesh is None:
+    return sharding.make_mesh(tuple(config.mesh.shape))
+  try:
+    shape = tuple(int(x) for x in args.mesh.split(","))
+  except ValueError as e:
+    raise UserError(f"--mesh {args.mesh!r}: expected three integers data,fsdp,tensor") from e
+  devices = jax.devices()
+  if len(shape) == 3 and all(x > 0 for x in shape) and 0 < shape[0] * shape[1] * shape[2]:
+    devices = devices[: shape[0] * shape[1] * shape[2]]
+  try:
+    return sharding.make_mesh(shape, devices=devices)
+  except ValueError as e:
+    raise UserError(f"--mesh: {e}") from e
+
+
 def load_model(args, workdir: Path):
   """``(engine, tok, params, label, max_context)`` of the model to evaluate."""
-  from spade_jax import sharding
   from spade_jax.engine.generate import Engine
   from spade_jax.spade.config import base_config
 
@@ -96,7 +120,7 @@ def load_model(args, workdir: Path):
     config = base_config()
     config.model.path = args.model
     config.model.tokenizer = args.tokenizer or ""
-    mesh = sharding.make_mesh(tuple(config.mesh.shape))
+    mesh = _mesh(args, config)
     from spade_jax.runner import load_policy
 
     model, _, tok = load_policy(config, mesh)
@@ -108,7 +132,7 @@ def load_model(args, workdir: Path):
   from spade_jax.spade.config import optimizer_config
 
   config = _run_config(workdir)
-  mesh = sharding.make_mesh(tuple(config.mesh.shape))
+  mesh = _mesh(args, config)
   model, model_cfg, tok = load_policy(config, mesh)
   _, state = create_train_state(
     model,
@@ -217,10 +241,7 @@ def _has_oracle(suite) -> bool:
 def main(argv: list[str] | None = None) -> int:
   args = parser().parse_args(argv)
   try:
-    if args.json:  # stdout carries only the JSON lines (dataset generators print)
-      with contextlib.redirect_stdout(sys.stderr):
-        summary = run(args)
-    else:
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: only the results (generators print)
       summary = run(args)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)

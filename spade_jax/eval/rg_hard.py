@@ -256,30 +256,38 @@ class RgHardSuite:
     self.seed = seed
     self.unavailable = missing  # left out of the default task list, and why
     self._prompts: list[Prompt] | None = None
+    self._entries: dict[tuple[str, int], dict] = {}
 
   def dataset(self, task: str) -> Any:
     return build_dataset(task, self.items_per_task, self.seed)
 
   def prompts(self) -> list[Prompt]:
     """Item 0 of every task, then item 1, ...: a per-bucket ``limit`` spreads over tasks."""
-    if self._prompts is None:
+    if self._prompts is None:  # entries are generated when first used (`entry`)
       self._prompts = [
-        Prompt(f"rg:{task}-hard/{i}", TASK_BUCKET[task], seed=i, data=self.dataset(task)[i])
+        Prompt(f"rg:{task}-hard/{i}", TASK_BUCKET[task], seed=i, data=i)
         for i in range(self.items_per_task)
         for task in self.tasks
       ]
     return self._prompts
+
+  def entry(self, prompt: Prompt) -> dict:
+    """The reasoning_gym entry of ``prompt`` (generated once)."""
+    key = (self.task_of(prompt), prompt.data)
+    if key not in self._entries:
+      self._entries[key] = self.dataset(key[0])[key[1]]
+    return self._entries[key]
 
   @staticmethod
   def task_of(prompt: Prompt) -> str:
     return prompt.id.removeprefix("rg:").rsplit("-hard/", 1)[0]
 
   def make_env(self, prompt: Prompt) -> RgHardEnv:
-    return RgHardEnv(self.dataset(self.task_of(prompt)), prompt.data)
+    return RgHardEnv(self.dataset(self.task_of(prompt)), self.entry(prompt))
 
   def first_message(self, prompt: Prompt, obs: str) -> str:
     return PROMPT_HEAD + obs + PROMPT_TAIL
 
   def oracle(self, prompt: Prompt) -> Policy:
-    reply = f"<answer>{known_answer(self.task_of(prompt), prompt.data)}</answer>"
+    reply = f"<answer>{known_answer(self.task_of(prompt), self.entry(prompt))}</answer>"
     return lambda obs, info: reply

@@ -121,6 +121,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.k = 1  # samples per prompt (avg@k)
   c.eval.limit = 0  # first N prompts of each category of each suite (0: all)
   c.eval.max_new_tokens = 512  # cap on sampled tokens per turn, every suite
+  c.eval.max_turns = 0  # cap on assistant turns per episode (0: each suite's own)
+  c.eval.max_context = 0  # KV cache slots per episode (0: agent.max_context)
   # the "rg" suite: Reasoning-Gym tasks at default difficulty, greedy, \boxed{} answers
   c.eval.tasks = ",".join(DEFAULT_TASKS)
   c.eval.items_per_task = 8
@@ -213,6 +215,8 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(not unknown, f"eval.tasks has unknown task(s) {unknown}; known: {sorted(TASK_BUCKET)}")
   need(c.eval.k >= 1, f"eval.k must be >= 1, got {c.eval.k}")
   need(c.eval.limit >= 0, f"eval.limit must be >= 0, got {c.eval.limit}")
+  need(c.eval.max_turns >= 0, f"eval.max_turns must be >= 0, got {c.eval.max_turns}")
+  need(c.eval.max_context >= 0, f"eval.max_context must be >= 0, got {c.eval.max_context}")
   need(
     len(c.mesh.shape) == 3,
     f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",

@@ -34,7 +34,6 @@ from spade_jax.rollout.host import RolloutConfig
 from spade_jax.tiny.language import tiny_library
 
 
-
 def split_families(names, only=()) -> tuple[tuple[str, ...], tuple[str, ...]]:
   """``(train, heldout)`` among ``names``: `HELDOUT_FAMILIES` are held out; with ``only`` (a
   subset of the other families), training is ``only`` and every other family is held out."""
