@@ -54,7 +54,7 @@ def chunk_forward(
   B, C = tok_BC.shape
   x_BCD = jnp.take(weights.embed_VD, tok_BC.astype(jnp.int32), axis=0).astype(_F32)
   x_BCD = sharding.constrain(x_BCD, ("batch", "length", "act_embed"))
-  sin_BCH, cos_BCH = rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
+  sin_BCH, cos_BCH = rope_tables(cfg, pos_BC, mask_BC)
   valid_BS = jax.lax.dynamic_update_slice(cache.valid_BS, mask_BC, (zero, index))
   visible_CS = jnp.arange(S)[None, :] <= (index + jnp.arange(C))[:, None]
   mask_BCS = visible_CS[None] & valid_BS[:, None, :]

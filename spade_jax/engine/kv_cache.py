@@ -157,7 +157,7 @@ def decode_forward(
   zero = jnp.zeros((), jnp.int32)
   x_B1D = jnp.take(weights.embed_VD, token_B[:, None].astype(jnp.int32), axis=0).astype(_F32)
   x_B1D = sharding.constrain(x_B1D, ("batch", "length", "act_embed"))
-  sin_B1H, cos_B1H = rope_tables(position_B[:, None], cfg.head_dim, cfg.rope_theta)
+  sin_B1H, cos_B1H = rope_tables(cfg, position_B[:, None], mask_B[:, None])
   valid_BS = jax.lax.dynamic_update_slice(cache.valid_BS, mask_B[:, None], (zero, index))
   ks, vs = list(cache.k), list(cache.v)
   for i, w in enumerate(weights.layers):

@@ -8,11 +8,13 @@ from spade_jax.models.checkpoints import (
   smollm2_gguf_path,
 )
 from spade_jax.models.config import TransformerConfig, from_hf_config, to_hf_config
+from spade_jax.models.rope import RopeScaling
 from spade_jax.models.transformer import Transformer
 
 __all__ = [
   "CheckpointError",
   "KVCache",
+  "RopeScaling",
   "Transformer",
   "TransformerConfig",
   "from_hf_config",

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from spade_jax import sharding
+from spade_jax.models import rope
 from spade_jax.models.config import TransformerConfig
 
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -38,12 +39,20 @@ def rms_norm(x, weight, eps):
   return normed * weight.astype(F32)
 
 
-def rope_tables(positions_BT, head_dim, theta):
-  """sin/cos ``[B, T, H]`` in the HF (rotate-half) layout."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=F32) / head_dim))
+def rope_tables(cfg: TransformerConfig, positions_BT, mask_BT=None):
+  """sin/cos ``[B, T, H]`` in the HF (rotate-half) layout for ``cfg``'s RoPE (scaled as
+  ``cfg.rope_scaling`` says), times its attention scaling. ``mask_BT`` marks the valid tokens
+  (default all); only ``dynamic`` scaling reads it (:mod:`spade_jax.models.rope`)."""
+  positions_BT = jnp.asarray(positions_BT)
+  inv_freq, scale = rope.inv_freq(
+    cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position, positions_BT, mask_BT
+  )
   freqs_BTh = positions_BT.astype(F32)[..., None] * inv_freq
   emb_BTH = jnp.concatenate([freqs_BTh, freqs_BTh], axis=-1)
-  return jnp.sin(emb_BTH), jnp.cos(emb_BTH)
+  sin_BTH, cos_BTH = jnp.sin(emb_BTH), jnp.cos(emb_BTH)
+  if scale != 1.0:
+    sin_BTH, cos_BTH = sin_BTH * scale, cos_BTH * scale
+  return sin_BTH, cos_BTH
 
 
 def apply_rope(x_BTNH, sin_BTH, cos_BTH):

@@ -21,13 +21,13 @@ import numpy as np
 from flax import nnx
 
 from spade_jax import sharding
-from spade_jax.models.config import TransformerConfig, from_hf_config, to_hf_config
+from spade_jax.models.config import (  # CheckpointError lives in config.py (parsing raises it)
+  CheckpointError,
+  TransformerConfig,
+  from_hf_config,
+  to_hf_config,
+)
 from spade_jax.models.transformer import Transformer, block_param_specs
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that cannot be loaded exactly (missing / extra / mis-shaped / corrupt)."""
-
 
 # Our per-layer parameter name -> (HF name suffix after "model.layers.{i}.", kind).
 _HF_LAYER_NAMES = {

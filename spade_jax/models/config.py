@@ -7,6 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from spade_jax.models.rope import PARAMETERS, SCALING_TYPES, RopeScaling
+
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama")
 
 # HF config fields that change the computation and that this model does not implement. A
@@ -18,6 +20,11 @@ _UNSUPPORTED_IF_SET = {
   "attention_dropout": (None, 0, 0.0),
   "layer_types": None,  # checked separately (only full attention)
 }
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be loaded exactly (missing / extra / mis-shaped / corrupt /
+  unsupported)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +49,8 @@ class TransformerConfig:
   tie_embeddings: bool = False
   max_position: int = 32768
   model_type: str = "llama"
+  # RoPE scaling (linear / dynamic / yarn / llama3, as transformers); None: the default RoPE.
+  rope_scaling: RopeScaling | None = None
   # Numerics: parameters are stored in param_dtype; matmuls run in dtype and accumulate in f32.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -62,6 +71,8 @@ class TransformerConfig:
       raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
     if self.remat not in ("none", "full", "dots"):
       raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+    if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+      raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
 
   def replace(self, **kw) -> TransformerConfig:
     return dataclasses.replace(self, **kw)
@@ -92,6 +103,8 @@ class TransformerConfig:
     out = dataclasses.asdict(self)
     out["dtype"] = jnp.dtype(self.dtype).name
     out["param_dtype"] = jnp.dtype(self.param_dtype).name
+    if self.rope_scaling is None:  # keeps default-RoPE configs equal to those saved before
+      del out["rope_scaling"]
     return out
 
   @classmethod
@@ -100,6 +113,8 @@ class TransformerConfig:
     for key in ("dtype", "param_dtype"):
       if key in d and isinstance(d[key], str):
         d[key] = jnp.dtype(d[key])
+    if isinstance(d.get("rope_scaling"), dict):
+      d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -107,42 +122,78 @@ class TransformerConfig:
     return cls(**d)
 
 
-def _rope_theta(hf: dict[str, Any]) -> float:
-  params = hf.get("rope_parameters") or {}
-  scaling = hf.get("rope_scaling") or {}
-  for src in (params, scaling):
-    kind = src.get("rope_type", src.get("type", "default"))
-    if kind not in (None, "default"):
-      raise ValueError(
-        f"unsupported rope scaling type {kind!r} (only the default RoPE is implemented)"
-      )
-  theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
-  return float(theta)
+def _rope(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
+  """``(rope_theta, rope_scaling)`` from the HF rope fields, read as transformers v5 does: the
+  legacy ``rope_scaling`` dict wins over ``rope_parameters``; ``rope_type`` over ``type``; a
+  top-level ``original_max_position_embeddings`` over the dict's (llama3, yarn), which defaults
+  to ``max_position_embeddings``; a yarn ``factor`` left None is their ratio."""
+  params = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
+  theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+  kind = params.get("rope_type", params.get("type", "default"))
+  partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor"))
+  if partial not in (None, 1, 1.0):
+    raise CheckpointError(f"unsupported RoPE partial_rotary_factor={partial!r}")
+  if kind in (None, "default"):
+    return theta, None
+  if kind not in SCALING_TYPES:
+    raise CheckpointError(
+      f"unsupported rope scaling type {kind!r} (supported: default, {', '.join(SCALING_TYPES)})"
+    )
+  max_position = int(hf.get("max_position_embeddings", 32768))
+  if kind in ("llama3", "yarn"):
+    if "original_max_position_embeddings" in hf:
+      params["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
+    params.setdefault("original_max_position_embeddings", max_position)
+  if kind == "yarn" and params.get("factor") is None and "factor" in params:
+    params["factor"] = max_position / params["original_max_position_embeddings"]
+  reads, _ = PARAMETERS[kind]
+  kw = {k: params[k] for k in reads if params.get(k) is not None}
+  for k, v in kw.items():
+    if k == "truncate":
+      kw[k] = bool(v)
+    elif k == "original_max_position_embeddings":
+      kw[k] = int(v)
+    elif isinstance(v, bool) or not isinstance(v, int | float):
+      raise CheckpointError(f"rope scaling {kind!r}: {k}={v!r} is not a number")
+    else:
+      kw[k] = float(v)
+  try:
+    return theta, RopeScaling(rope_type=kind, **kw)
+  except ValueError as e:
+    raise CheckpointError(f"rope scaling {kind!r}: {e}") from e
+
+
+def _hf_rope_parameters(cfg: TransformerConfig) -> dict[str, Any]:
+  scaling = cfg.rope_scaling
+  if scaling is None:
+    return {"rope_type": "default", "rope_theta": cfg.rope_theta}
+  given = {k: v for k, v in scaling.parameters().items() if v is not None}
+  return {"rope_type": scaling.rope_type, "rope_theta": cfg.rope_theta, **given}
 
 
 def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
   """Builds a TransformerConfig from an HF ``config.json`` dict (qwen3, qwen2, llama)."""
   model_type = hf.get("model_type")
   if model_type not in SUPPORTED_MODEL_TYPES:
-    raise ValueError(
+    raise CheckpointError(
       f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
     )
   act = hf.get("hidden_act", "silu")
   if act != "silu":
-    raise ValueError(f"unsupported hidden_act {act!r} (only silu / SwiGLU is implemented)")
+    raise CheckpointError(f"unsupported hidden_act {act!r} (only silu / SwiGLU is implemented)")
   for field, allowed in _UNSUPPORTED_IF_SET.items():
     if field == "layer_types":
       lt = hf.get("layer_types")
       if lt and any(t != "full_attention" for t in lt):
-        raise ValueError(f"unsupported layer_types {sorted(set(lt))} (only full_attention)")
+        raise CheckpointError(f"unsupported layer_types {sorted(set(lt))} (only full_attention)")
       continue
     value = hf.get(field)
     if value not in allowed:
       if field == "sliding_window" and not hf.get("use_sliding_window", False):
         continue
-      raise ValueError(f"unsupported config field {field}={value!r}")
+      raise CheckpointError(f"unsupported config field {field}={value!r}")
   if model_type == "qwen2" and hf.get("use_sliding_window", False):
-    raise ValueError("unsupported config field use_sliding_window=True")
+    raise CheckpointError("unsupported config field use_sliding_window=True")
   for key in (
     "vocab_size",
     "hidden_size",
@@ -151,7 +202,8 @@ def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
     "intermediate_size",
   ):
     if key not in hf:
-      raise ValueError(f"config.json lacks required field {key!r}")
+      raise CheckpointError(f"config.json lacks required field {key!r}")
+  theta, scaling = _rope(hf)
   n = hf["num_attention_heads"]
   head_dim = hf.get("head_dim") or hf["hidden_size"] // n
   if model_type == "qwen2":
@@ -166,7 +218,8 @@ def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
     num_kv_heads=hf.get("num_key_value_heads") or n,
     head_dim=head_dim,
     mlp_dim=hf["intermediate_size"],
-    rope_theta=_rope_theta(hf),
+    rope_theta=theta,
+    rope_scaling=scaling,
     rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
     qk_norm=model_type == "qwen3",
     qkv_bias=qkv_bias,
@@ -205,7 +258,7 @@ def to_hf_config(cfg: TransformerConfig) -> dict[str, Any]:
     "hidden_act": "silu",
     "rms_norm_eps": cfg.rms_eps,
     "rope_theta": cfg.rope_theta,
-    "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+    "rope_parameters": _hf_rope_parameters(cfg),
     "tie_word_embeddings": cfg.tie_embeddings,
     "max_position_embeddings": cfg.max_position,
     "torch_dtype": jnp.dtype(cfg.param_dtype).name,

@@ -120,7 +120,7 @@ class Transformer(nnx.Module):
       mask_BT = jnp.ones((B, T), bool)
     x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(_F32)
     x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
-    sin_BTH, cos_BTH = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
+    sin_BTH, cos_BTH = rope_tables(cfg, positions_BT, mask_BT)
 
     if cache is None:
       causal_TT = jnp.tril(jnp.ones((T, T), bool))
