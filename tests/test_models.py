@@ -259,10 +259,10 @@ def test_unsupported_model_type(tmp_path):
     load_pretrained(d)
 
 
-def test_unsupported_rope_scaling():
+def test_unsupported_rope_scaling():  # the supported types: tests/test_rope.py
   cfg = json.loads(json.dumps(make_hf_model("llama").config.to_dict()))
-  cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}
-  with pytest.raises(ValueError, match="rope scaling type 'yarn'"):
+  cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e4, "factor": 4.0}
+  with pytest.raises(CheckpointError, match="rope scaling type 'longrope'"):
     from_hf_config(cfg)
 
 
