@@ -44,6 +44,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
   ("kv_heads", "tensor"),
   ("head_dim", None),
   ("mlp", "tensor"),
+  ("expert", "fsdp"),  # MoE expert weights [E, ...]: experts split over the fsdp axis
   ("norm", None),
 )
 

@@ -1,7 +1,7 @@
 """The transformer block and the helpers every forward shares.
 
 :func:`block` is the one pre-norm block (q/k/v projections, bias, qk-norm, RoPE, attention,
-output projection, SwiGLU MLP, residuals) run by the training/prefill forward
+output projection, SwiGLU MLP or Qwen3-MoE sparse MLP, residuals) run by the training/prefill forward
 (:class:`spade_jax.models.Transformer`), the decode step
 (:func:`spade_jax.engine.kv_cache.decode_forward`) and the chunked forward
 (:func:`spade_jax.engine.chunk.chunk_forward`). What differs between them -- where the new
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from spade_jax import sharding
-from spade_jax.models import rope
+from spade_jax.models import moe, rope
 from spade_jax.models.config import TransformerConfig
 
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -86,6 +86,38 @@ def block(
   """One pre-norm block on the residual stream ``x_BTD`` (float32) with this layer's weights
   ``w``; ``attend`` caches and attends the RoPE'd keys/values (see :data:`Attend`). Returns the
   new residual stream and ``attend``'s ``aux``."""
+  x_BTD, aux, _ = block_with_router(cfg, w, x_BTD, sin_BTH, cos_BTH, attend)
+  return x_BTD, aux
+
+
+def dense_mlp(cfg: TransformerConfig, w: dict, h_BTD) -> jax.Array:
+  """The SwiGLU MLP on the normed residual ``h_BTD``."""
+  dt = cfg.dtype
+  gate_BTF = dense(h_BTD, w["gate"], "btd,df->btf", dt)
+  up_BTF = dense(h_BTD, w["up"], "btd,df->btf", dt)
+  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "act_mlp"))
+  return dense(act_BTF, w["down"], "btf,fd->btd", dt)
+
+
+def mlp(cfg: TransformerConfig, w: dict, h_BTD) -> tuple[jax.Array, jax.Array | None]:
+  """This layer's MLP output and router logits ``[B, T, E]`` (None for a dense model): dense,
+  sparse (:func:`spade_jax.models.moe.sparse_mlp`), or -- when the model mixes both -- chosen
+  by ``w["sparse"]`` with ``lax.cond`` (a dense layer then returns zero router logits)."""
+  if not cfg.num_experts:
+    return dense_mlp(cfg, w, h_BTD), None
+  if "sparse" not in w:  # every layer is sparse
+    return moe.sparse_mlp(cfg, w, h_BTD)
+
+  def dense_branch(h):
+    return dense_mlp(cfg, w, h), jnp.zeros((*h.shape[:-1], cfg.num_experts), F32)
+
+  return jax.lax.cond(w["sparse"], lambda h: moe.sparse_mlp(cfg, w, h), dense_branch, h_BTD)
+
+
+def block_with_router(
+  cfg: TransformerConfig, w: dict, x_BTD, sin_BTH, cos_BTH, attend: Attend
+) -> tuple[jax.Array, Any, jax.Array | None]:
+  """:func:`block`, plus this layer's router logits ``[B, T, E]`` (None for a dense model)."""
   dt = cfg.dtype
   h_BTD = rms_norm(x_BTD, w["attn_norm"], cfg.rms_eps)
   q_BTNH = dense(h_BTD, w["q"], "btd,dnh->btnh", dt)
@@ -107,9 +139,6 @@ def block(
   x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
 
   h_BTD = rms_norm(x_BTD, w["mlp_norm"], cfg.rms_eps)
-  gate_BTF = dense(h_BTD, w["gate"], "btd,df->btf", dt)
-  up_BTF = dense(h_BTD, w["up"], "btd,df->btf", dt)
-  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "act_mlp"))
-  x_BTD = x_BTD + dense(act_BTF, w["down"], "btf,fd->btd", dt)
-  x_BTD = sharding.constrain(x_BTD, ("batch", "length", "act_embed"))
-  return x_BTD, aux
+  mlp_BTD, router_BTE = mlp(cfg, w, h_BTD)
+  x_BTD = sharding.constrain(x_BTD + mlp_BTD, ("batch", "length", "act_embed"))
+  return x_BTD, aux, router_BTE

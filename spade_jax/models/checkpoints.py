@@ -45,7 +45,32 @@ _HF_LAYER_NAMES = {
   "gate": ("mlp.gate_proj.weight", "linear"),
   "up": ("mlp.up_proj.weight", "linear"),
   "down": ("mlp.down_proj.weight", "linear"),
+  "router": ("mlp.gate.weight", "linear"),
+  # MoE experts: one HF tensor per expert, "{e}" replaced by the expert index.
+  "moe_gate": ("mlp.experts.{e}.gate_proj.weight", "linear"),
+  "moe_up": ("mlp.experts.{e}.up_proj.weight", "linear"),
+  "moe_down": ("mlp.experts.{e}.down_proj.weight", "linear"),
 }
+_DENSE_MLP = ("gate", "up", "down")
+_MOE_MLP = ("router", "moe_gate", "moe_up", "moe_down")
+
+
+def _hf_layers(cfg: TransformerConfig, name: str) -> list[int]:
+  """The layers whose HF checkpoint holds parameter ``name`` (a model mixing dense and sparse
+  MLP layers stacks both kinds over every layer; the other kind's slots are zeros)."""
+  if name in _DENSE_MLP:
+    return [i for i, s in enumerate(cfg.sparse_layers) if not s]
+  if name in _MOE_MLP:
+    return [i for i, s in enumerate(cfg.sparse_layers) if s]
+  return list(range(cfg.num_layers))
+
+
+def _hf_names(cfg: TransformerConfig, name: str, i: int) -> list[str]:
+  """HF tensor names of our parameter ``name`` in layer ``i`` (one per expert for experts)."""
+  suffix = _HF_LAYER_NAMES[name][0]
+  if "{e}" in suffix:
+    return [f"model.layers.{i}.{suffix.format(e=e)}" for e in range(cfg.num_experts)]
+  return [f"model.layers.{i}.{suffix}"]
 
 
 def _to_ours(kind: str, hf: np.ndarray, our_shape: tuple[int, ...]) -> np.ndarray:
@@ -88,9 +113,13 @@ def expected_hf_tensors(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
   if not cfg.tie_embeddings:
     out["lm_head.weight"] = (cfg.vocab_size, cfg.embed_dim)
   for name, (shape_fn, _, _) in block_param_specs(cfg).items():
-    suffix, kind = _HF_LAYER_NAMES[name]
-    for i in range(cfg.num_layers):
-      out[f"model.layers.{i}.{suffix}"] = _hf_shape(kind, shape_fn(cfg))
+    kind = _HF_LAYER_NAMES[name][1]
+    shape = shape_fn(cfg)
+    if name in _MOE_MLP[1:]:
+      shape = shape[1:]  # one expert's
+    for i in _hf_layers(cfg, name):
+      for hf_name in _hf_names(cfg, name, i):
+        out[hf_name] = _hf_shape(kind, shape)
   return out
 
 
@@ -214,11 +243,18 @@ def _our_arrays(cfg: TransformerConfig, src: TensorSource) -> Iterator[tuple[tup
   if not cfg.tie_embeddings:
     yield ("lm_head",), src.get("lm_head.weight").T
   for name, (shape_fn, _, _) in block_param_specs(cfg).items():
-    suffix, kind = _HF_LAYER_NAMES[name]
-    layers = [
-      _to_ours(kind, src.get(f"model.layers.{i}.{suffix}"), shape_fn(cfg))
-      for i in range(cfg.num_layers)
-    ]
+    kind = _HF_LAYER_NAMES[name][1]
+    shape = shape_fn(cfg)
+    held = set(_hf_layers(cfg, name))
+    layers = []
+    for i in range(cfg.num_layers):
+      if i not in held:
+        layers.append(np.zeros(shape, np.float32))
+      elif name in _MOE_MLP[1:]:
+        experts = [_to_ours(kind, src.get(n), shape[1:]) for n in _hf_names(cfg, name, i)]
+        layers.append(np.stack(experts))
+      else:
+        layers.append(_to_ours(kind, src.get(_hf_names(cfg, name, i)[0]), shape))
     yield ("blocks", name), np.stack(layers)
 
 
@@ -339,10 +375,13 @@ def save_pretrained(
       np.asarray(jax.device_get(model.lm_head[...])).T
     )
   for name in block_param_specs(cfg):
-    suffix, kind = _HF_LAYER_NAMES[name]
+    kind = _HF_LAYER_NAMES[name][1]
     stacked = np.asarray(jax.device_get(getattr(model.blocks, name)[...]))
-    for i in range(cfg.num_layers):
-      tensors[f"model.layers.{i}.{suffix}"] = np.ascontiguousarray(_to_hf(kind, stacked[i]))
+    for i in _hf_layers(cfg, name):
+      hf_names = _hf_names(cfg, name, i)
+      parts = stacked[i] if name in _MOE_MLP[1:] else [stacked[i]]
+      for hf_name, part in zip(hf_names, parts, strict=True):
+        tensors[hf_name] = np.ascontiguousarray(_to_hf(kind, part))
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0
   for name, arr in tensors.items():

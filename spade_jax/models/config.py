@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from spade_jax.models.rope import PARAMETERS, SCALING_TYPES, RopeScaling
 
-SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama")
+SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_moe", "qwen2", "llama")
 
 # HF config fields that change the computation and that this model does not implement. A
 # checkpoint that sets them to a non-default value is refused instead of silently mis-modelled.
@@ -20,6 +20,17 @@ _UNSUPPORTED_IF_SET = {
   "attention_dropout": (None, 0, 0.0),
   "layer_types": None,  # checked separately (only full attention)
 }
+
+
+_MOE_FIELDS = (
+  "num_experts",
+  "num_experts_per_tok",
+  "moe_mlp_dim",
+  "norm_topk_prob",
+  "decoder_sparse_step",
+  "mlp_only_layers",
+  "router_aux_loss_coef",
+)
 
 
 class CheckpointError(ValueError):
@@ -61,6 +72,15 @@ class TransformerConfig:
   bos_token_id: int | None = None
   eos_token_id: int | list[int] | None = None
   pad_token_id: int | None = None
+  # Qwen3-MoE (num_experts 0: dense). Layer i is sparse (router + experts of width moe_mlp_dim)
+  # unless i is in mlp_only_layers or (i + 1) % decoder_sparse_step; dense layers use mlp_dim.
+  num_experts: int = 0
+  num_experts_per_tok: int = 0
+  moe_mlp_dim: int = 0
+  norm_topk_prob: bool = False
+  decoder_sparse_step: int = 1
+  mlp_only_layers: tuple[int, ...] = ()
+  router_aux_loss_coef: float = 0.001
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -73,6 +93,23 @@ class TransformerConfig:
       raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
     if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
       raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
+    object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))
+    if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+      raise ValueError(
+        f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, {self.num_experts}]"
+      )
+    if self.num_experts and (self.moe_mlp_dim <= 0 or self.decoder_sparse_step <= 0):
+      raise ValueError("an MoE config needs moe_mlp_dim > 0 and decoder_sparse_step > 0")
+
+  @property
+  def sparse_layers(self) -> tuple[bool, ...]:
+    """Per layer: True where the MLP is the MoE one (transformers' Qwen3-MoE rule)."""
+    return tuple(
+      self.num_experts > 0
+      and i not in self.mlp_only_layers
+      and (i + 1) % self.decoder_sparse_step == 0
+      for i in range(self.num_layers)
+    )
 
   def replace(self, **kw) -> TransformerConfig:
     return dataclasses.replace(self, **kw)
@@ -89,15 +126,20 @@ class TransformerConfig:
     )
     attn = d * n * h * 2 + d * k * h * 2 + (n * h + 2 * k * h if self.qkv_bias else 0)
     attn += 2 * h if self.qk_norm else 0
-    block = attn + 3 * d * f + 2 * d
-    return self.num_layers * block + v * d * (1 if self.tie_embeddings else 2) + d
+    n_sparse = sum(self.sparse_layers)
+    moe = self.num_experts * 3 * d * self.moe_mlp_dim + d * self.num_experts
+    mlps = (self.num_layers - n_sparse) * 3 * d * f + n_sparse * moe
+    return self.num_layers * (attn + 2 * d) + mlps + v * d * (1 if self.tie_embeddings else 2) + d
 
   def flops_per_token(self, seq_len: int) -> float:
     """Forward matmul FLOPs per token (2 per MAC), attention included (causal average)."""
     d, h, n, k, f = self.embed_dim, self.head_dim, self.num_heads, self.num_kv_heads, self.mlp_dim
-    proj = 2 * d * (2 * n * h + 2 * k * h) + 2 * 3 * d * f
+    proj = 2 * d * (2 * n * h + 2 * k * h)
     attn = 2 * 2 * n * h * seq_len / 2
-    return self.num_layers * (proj + attn) + 2 * d * self.vocab_size
+    n_sparse = sum(self.sparse_layers)  # active experts only
+    moe = 2 * (3 * d * self.moe_mlp_dim * self.num_experts_per_tok + d * self.num_experts)
+    mlps = (self.num_layers - n_sparse) * 2 * 3 * d * f + n_sparse * moe
+    return self.num_layers * (proj + attn) + mlps + 2 * d * self.vocab_size
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -105,6 +147,11 @@ class TransformerConfig:
     out["param_dtype"] = jnp.dtype(self.param_dtype).name
     if self.rope_scaling is None:  # keeps default-RoPE configs equal to those saved before
       del out["rope_scaling"]
+    if not self.num_experts:  # likewise for dense configs
+      for f in _MOE_FIELDS:
+        del out[f]
+    else:
+      out["mlp_only_layers"] = list(self.mlp_only_layers)
     return out
 
   @classmethod
@@ -221,7 +268,7 @@ def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
     rope_theta=theta,
     rope_scaling=scaling,
     rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
-    qk_norm=model_type == "qwen3",
+    qk_norm=model_type in ("qwen3", "qwen3_moe"),
     qkv_bias=qkv_bias,
     tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
     max_position=int(hf.get("max_position_embeddings", 32768)),
@@ -230,18 +277,45 @@ def from_hf_config(hf: dict[str, Any], **overrides) -> TransformerConfig:
     eos_token_id=hf.get("eos_token_id"),
     pad_token_id=hf.get("pad_token_id"),
   )
+  if model_type == "qwen3_moe":
+    kw.update(_hf_moe(hf))
   kw.update(overrides)
   return TransformerConfig(**kw)
 
 
+def _hf_moe(hf: dict[str, Any]) -> dict[str, Any]:
+  """The MoE fields of a qwen3_moe ``config.json`` (transformers writes ``num_experts`` as
+  ``num_local_experts``)."""
+  experts = hf.get("num_experts", hf.get("num_local_experts"))
+  for key, value in (("num_experts", experts), ("moe_intermediate_size", None)):
+    if (value if key == "num_experts" else hf.get(key)) is None:
+      raise CheckpointError(f"qwen3_moe config.json lacks required field {key!r}")
+  return dict(
+    num_experts=int(experts),
+    num_experts_per_tok=int(hf.get("num_experts_per_tok", 8)),
+    moe_mlp_dim=int(hf["moe_intermediate_size"]),
+    norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
+    decoder_sparse_step=int(hf.get("decoder_sparse_step", 1)),
+    mlp_only_layers=tuple(hf.get("mlp_only_layers") or ()),
+    router_aux_loss_coef=float(hf.get("router_aux_loss_coef", 0.001)),
+  )
+
+
 def to_hf_config(cfg: TransformerConfig) -> dict[str, Any]:
   """The HF ``config.json`` dict for ``cfg`` (loadable by transformers' AutoConfig)."""
-  arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+  arch = {
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
+  }
   if cfg.model_type not in arch:
     raise ValueError(f"cannot export model_type {cfg.model_type!r}")
-  if cfg.model_type == "qwen3" and not cfg.qk_norm:
-    raise ValueError("a qwen3 export requires qk_norm=True")
-  if cfg.model_type != "qwen3" and cfg.qk_norm:
+  if (cfg.model_type == "qwen3_moe") != bool(cfg.num_experts):
+    raise ValueError("experts (num_experts > 0) are exported as qwen3_moe, and only they are")
+  if cfg.model_type in ("qwen3", "qwen3_moe") and not cfg.qk_norm:
+    raise ValueError(f"a {cfg.model_type} export requires qk_norm=True")
+  if cfg.model_type not in ("qwen3", "qwen3_moe") and cfg.qk_norm:
     raise ValueError(f"{cfg.model_type} has no qk-norm; export as qwen3")
   if cfg.model_type == "qwen2" and not cfg.qkv_bias:
     raise ValueError("a qwen2 export requires qkv_bias=True")
@@ -269,6 +343,17 @@ def to_hf_config(cfg: TransformerConfig) -> dict[str, Any]:
   if cfg.model_type == "llama":
     out["attention_bias"] = cfg.qkv_bias
     out["mlp_bias"] = False
-  if cfg.model_type == "qwen3":
+  if cfg.model_type in ("qwen3", "qwen3_moe"):
     out["attention_bias"] = cfg.qkv_bias
+  if cfg.model_type == "qwen3_moe":
+    out.update(
+      num_experts=cfg.num_experts,
+      num_experts_per_tok=cfg.num_experts_per_tok,
+      moe_intermediate_size=cfg.moe_mlp_dim,
+      norm_topk_prob=cfg.norm_topk_prob,
+      decoder_sparse_step=cfg.decoder_sparse_step,
+      mlp_only_layers=list(cfg.mlp_only_layers),
+      router_aux_loss_coef=cfg.router_aux_loss_coef,
+      use_sliding_window=False,
+    )
   return out

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import sharding
-from spade_jax.models.block import block, masked_attention, rms_norm, rope_tables
+from spade_jax.models.block import block_with_router, masked_attention, rms_norm, rope_tables
 from spade_jax.models.cache import KVCache
 from spade_jax.models.config import TransformerConfig
 
@@ -36,9 +36,29 @@ _BLOCK_PARAMS = {
   ),
   "o": (lambda c: (c.num_heads, c.head_dim, c.embed_dim), ("heads", "head_dim", "embed"), "w"),
   "mlp_norm": (lambda c: (c.embed_dim,), ("norm",), "ones"),
+}
+DENSE_MLP_PARAMS = {
   "gate": (lambda c: (c.embed_dim, c.mlp_dim), ("embed", "mlp"), "w"),
   "up": (lambda c: (c.embed_dim, c.mlp_dim), ("embed", "mlp"), "w"),
   "down": (lambda c: (c.mlp_dim, c.embed_dim), ("mlp", "embed"), "w"),
+}
+MOE_PARAMS = {
+  "router": (lambda c: (c.embed_dim, c.num_experts), ("embed", None), "w"),
+  "moe_gate": (
+    lambda c: (c.num_experts, c.embed_dim, c.moe_mlp_dim),
+    ("expert", "embed", "mlp"),
+    "w",
+  ),
+  "moe_up": (
+    lambda c: (c.num_experts, c.embed_dim, c.moe_mlp_dim),
+    ("expert", "embed", "mlp"),
+    "w",
+  ),
+  "moe_down": (
+    lambda c: (c.num_experts, c.moe_mlp_dim, c.embed_dim),
+    ("expert", "mlp", "embed"),
+    "w",
+  ),
 }
 _BIAS_PARAMS = {
   "q_bias": (lambda c: (c.num_heads, c.head_dim), ("heads", "head_dim"), "zeros"),
@@ -54,6 +74,10 @@ _QK_NORM_PARAMS = {
 def block_param_specs(cfg: TransformerConfig) -> dict:
   """The per-layer parameter table for ``cfg`` (names, shapes, logical axes, init)."""
   specs = dict(_BLOCK_PARAMS)
+  if not all(cfg.sparse_layers):
+    specs.update(DENSE_MLP_PARAMS)
+  if any(cfg.sparse_layers):
+    specs.update(MOE_PARAMS)
   if cfg.qkv_bias:
     specs.update(_BIAS_PARAMS)
   if cfg.qk_norm:
@@ -80,7 +104,12 @@ class Blocks(nnx.Module):
       setattr(self, name, _param(rngs, shape, ("layers", *axes), kind, cfg.param_dtype))
 
   def weights(self, cfg: TransformerConfig) -> dict[str, jax.Array]:
-    return {name: getattr(self, name)[...] for name in block_param_specs(cfg)}
+    """The stacked per-layer weights; when dense and sparse MLP layers are mixed, also
+    ``"sparse"`` ``[L]`` (bool), which :func:`spade_jax.models.block.block` switches on."""
+    out = {name: getattr(self, name)[...] for name in block_param_specs(cfg)}
+    if len(set(cfg.sparse_layers)) > 1:
+      out["sparse"] = jnp.asarray(cfg.sparse_layers)
+    return out
 
 
 class Transformer(nnx.Module):
@@ -110,6 +139,23 @@ class Transformer(nnx.Module):
 
   def hidden(self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None, mask_BT=None):
     """Final-norm hidden states ``[B, T, D]`` (float32) and the updated cache (or None)."""
+    hidden_BTD, new_cache, _ = self.hidden_and_router(
+      tokens_BT, positions_BT, cache=cache, mask_BT=mask_BT
+    )
+    return hidden_BTD, new_cache
+
+  def router_logits(self, tokens_BT, positions_BT=None, *, mask_BT=None):
+    """``(logits [B, T, V], router logits [L, B, T, E])`` of an MoE model's full forward
+    (dense layers' router logits are zeros). The load-balancing loss is
+    ``moe.load_balancing_loss(cfg, router_LBTE, mask_BT) * cfg.router_aux_loss_coef``."""
+    hidden_BTD, _, router_LBTE = self.hidden_and_router(tokens_BT, positions_BT, mask_BT=mask_BT)
+    return self.logits(hidden_BTD), router_LBTE
+
+  def hidden_and_router(
+    self, tokens_BT, positions_BT=None, *, cache: KVCache | None = None, mask_BT=None
+  ):
+    """:meth:`hidden` plus the stacked router logits ``[L, B, T, E]`` (None for a dense
+    model)."""
     cfg = self.cfg
     tokens_BT = jnp.asarray(tokens_BT, jnp.int32)
     B, T = tokens_BT.shape
@@ -136,21 +182,22 @@ class Transformer(nnx.Module):
     def body(x_BTD, xs):
       w, kv = xs
       attend = _model_attend(cfg, attn_mask_BTS, kv, None if cache is None else cache.index)
-      return block(cfg, w, x_BTD, sin_BTH, cos_BTH, attend)
+      x_BTD, kv, router_BTE = block_with_router(cfg, w, x_BTD, sin_BTH, cos_BTH, attend)
+      return x_BTD, (kv, router_BTE)
 
     if cfg.remat == "full":
       body = jax.checkpoint(body)
     elif cfg.remat == "dots":
       body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
 
-    x_BTD, new_kv = jax.lax.scan(body, x_BTD, (self.blocks.weights(cfg), kv_xs))
+    x_BTD, (new_kv, router_LBTE) = jax.lax.scan(body, x_BTD, (self.blocks.weights(cfg), kv_xs))
     hidden_BTD = rms_norm(x_BTD, self.final_norm[...], cfg.rms_eps)
     if cache is None:
-      return hidden_BTD, None
+      return hidden_BTD, None, router_LBTE
     new_cache = KVCache(
       k_LBSKH=new_kv[0], v_LBSKH=new_kv[1], valid_BS=valid_BS, index=cache.index + T
     )
-    return hidden_BTD, new_cache
+    return hidden_BTD, new_cache, router_LBTE
 
   def unembed_matrix(self) -> jax.Array:
     """``[D, V]`` output projection (the transposed embedding when tied)."""
