@@ -66,7 +66,7 @@ def tiny_tokenizer_dir(vocab_size: int = 512) -> str:
 
 def hf_config(kind: str, **overrides):
   """Tiny random configs covering each supported architecture's special features."""
-  from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+  from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
   if kind == "qwen3":  # qk-norm, head_dim != hidden/heads, GQA ratio 3, untied
     kw = dict(
@@ -108,6 +108,24 @@ def hf_config(kind: str, **overrides):
       rms_norm_eps=1e-5,
     )
     cls = LlamaConfig
+  elif kind == "qwen3_moe":  # qk-norm, 4 experts top-2, dense width != expert width, untied
+    kw = dict(
+      vocab_size=1013,
+      hidden_size=64,
+      intermediate_size=96,
+      moe_intermediate_size=40,
+      num_experts=4,
+      num_experts_per_tok=2,
+      norm_topk_prob=True,
+      num_hidden_layers=2,
+      num_attention_heads=4,
+      num_key_value_heads=2,
+      head_dim=16,
+      rope_theta=10000.0,
+      tie_word_embeddings=False,
+      rms_norm_eps=1e-6,
+    )
+    cls = Qwen3MoeConfig
   else:
     raise ValueError(kind)
   kw.update(overrides)
