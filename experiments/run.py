@@ -1,12 +1,19 @@
 r"""Runs a spade_jax experiment.
 
   python experiments/run.py --config experiments/configs/NAME.py[:ARG] --workdir DIR \
-      [--config.key=value ...]
+      [--config.key=value ...] \
+      [--coordinator_address HOST:PORT --num_processes N --process_id I]
 
 Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
 config key, wrong type, missing file) prints one line and exits with status 2. On x86 CPUs,
 XLA's CPU code is capped at AVX2 so a run's numbers do not depend on the machine
 (`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set).
+
+Multi-host: the three distributed flags (all or none) start `jax.distributed` before anything
+starts jax's backend; so does ``SPADE_DISTRIBUTED=1`` without them, with the values taken from
+SLURM or a Cloud TPU VM (launch/*.sh). Every process runs the same command with its own
+``--process_id``; process 0 writes the workdir's files, every process takes part in the
+checkpoints (`spade_jax.multihost`).
 
 The config's ``front_end`` picks the loop: ``"tiny"`` (experiments/configs/tiny.py) runs
 `spade_jax.tiny.train.train_tiny`, anything else the Python-environment loop
@@ -32,6 +39,15 @@ xla_cpu.pin_isa()
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "experiment config file[:arg]", lock_config=True)
 flags.DEFINE_string("workdir", None, "output directory (checkpoints, metrics, envs, plots)")
+
+# The distributed flags live apart: they are parsed, and jax.distributed started, before FLAGS
+# loads the config (whose imports start jax's backend).
+DIST_FLAGS = flags.FlagValues()
+flags.DEFINE_string(
+  "coordinator_address", None, "HOST:PORT of process 0's coordinator", flag_values=DIST_FLAGS
+)
+flags.DEFINE_integer("num_processes", None, "processes of a multi-host run", flag_values=DIST_FLAGS)
+flags.DEFINE_integer("process_id", None, "this process's index, 0..N-1", flag_values=DIST_FLAGS)
 
 
 def _fail(msg: str) -> None:
@@ -68,16 +84,35 @@ def train(config, workdir) -> dict:
   return python_train.train(config, workdir)
 
 
+def start_distributed(argv: list[str]) -> list[str]:
+  """Parses the distributed flags out of ``argv`` and, when they (or ``SPADE_DISTRIBUTED=1``)
+  ask for it, starts jax.distributed; returns the other arguments. Bad values exit 2."""
+  try:
+    rest = DIST_FLAGS(argv, known_only=True)
+  except flags.Error as e:
+    _fail(str(e).splitlines()[0])
+  given = (DIST_FLAGS.coordinator_address, DIST_FLAGS.num_processes, DIST_FLAGS.process_id)
+  if given != (None, None, None) or os.environ.get("SPADE_DISTRIBUTED") == "1":
+    from spade_jax import multihost  # imports jax (but starts no backend)
+
+    try:
+      args = multihost.check_args(*given)
+    except ValueError as e:
+      _fail(str(e))
+    # Before the config is loaded: its imports (gymnax) already start jax's backend, after
+    # which jax.distributed.initialize() refuses to run.
+    try:
+      multihost.initialize(args)
+    except (RuntimeError, ValueError) as e:
+      _fail(f"jax.distributed: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
+  return rest
+
+
 def main(argv: list[str]) -> int:
   if any(a in ("-h", "--help", "-help") for a in argv[1:]):
     print(__doc__.strip())
     return 0
-  if os.environ.get("SPADE_DISTRIBUTED") == "1":  # multi-host launch (launch/*.sh)
-    import jax
-
-    # Before the config is loaded: its imports (gymnax) already start jax's backend, after
-    # which jax.distributed.initialize() refuses to run.
-    jax.distributed.initialize()
+  argv = start_distributed(argv)
   try:
     FLAGS(argv)
   except flags.Error as e:

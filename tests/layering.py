@@ -22,6 +22,7 @@ from pathlib import Path
 #   -> models -> sharding
 LAYERS = {
   "sharding": 0,
+  "multihost": 0,
   "xla_cpu": 0,
   "models": 1,
   "tokenizer": 2,
