@@ -23,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from spade_jax import multihost
+
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-@]+)+$")
 
 
@@ -34,7 +36,7 @@ def check_key(key: str) -> str:
 
 def to_host(metrics: Mapping[str, Any]) -> dict[str, float]:
   """Device (or numpy / python) scalars -> python floats (blocks until they are ready)."""
-  fetched = jax.device_get(dict(metrics))
+  fetched = multihost.to_host(dict(metrics))
   return {k: float(np.asarray(v)) for k, v in fetched.items()}
 
 
@@ -117,10 +119,11 @@ class MetricsWriter:
         )
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
-    """Logs ``metrics`` (scalars; device arrays are fetched) at ``step``."""
+    """Logs ``metrics`` (scalars; device arrays are fetched) at ``step``. Every process
+    fetches (a fetch may be a collective, `multihost.to_host`); process 0 writes."""
+    values = to_host({check_key(k): v for k, v in metrics.items()})
     if not self.active:
       return
-    values = to_host({check_key(k): v for k, v in metrics.items()})
     record = {"step": int(step)}
     record.update({k: (v if math.isfinite(v) else None) for k, v in sorted(values.items())})
     self._file.write(json.dumps(record) + "\n")

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax import sharding
+from spade_jax import multihost, sharding
 from spade_jax.engine.decode import (
   STOP_REASONS,
   STOP_TOKEN,
@@ -352,7 +352,7 @@ class Engine:
       raise ValueError(f"{len(seq_ids)} sequence ids but {len(tokens)} token lists")
     if len(set(seq_ids)) != len(seq_ids) or any(not 0 <= s < B for s in seq_ids):
       raise ValueError(f"sequence ids must be distinct and in [0, {B}), got {seq_ids}")
-    host = jax.device_get((state.done_B, state.queue_len_B, state.queue_pos_B))
+    host = multihost.to_host((state.done_B, state.queue_len_B, state.queue_pos_B))
     done, qlen, qpos = (np.asarray(x) for x in host)
     arrs = [self._as_ids(t, f"tokens for sequence {s}") for s, t in zip(seq_ids, tokens)]
     F = max(8, _pow2_at_least(max([a.size for a in arrs], default=1)))
@@ -391,7 +391,7 @@ class Engine:
     """Copies each sequence's post-prompt tokens, log-probs and loss mask to the host."""
     tokens, logprobs, mask, valid, reason, P = (
       np.asarray(x)
-      for x in jax.device_get(
+      for x in multihost.to_host(
         (
           state.tokens_BS,
           state.logprobs_BS,

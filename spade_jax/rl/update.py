@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from spade_jax import sharding, trajectories
+from spade_jax import multihost, sharding, trajectories
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
 from spade_jax.rl.train_state import TrainState, state_shardings
@@ -264,13 +264,17 @@ def make_update(
     key = tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(batch))
     if key not in jitted:
       batch_sh = jax.tree.map(batch_sharding, batch)
-      jitted[key] = jax.jit(
-        fn,
-        in_shardings=(state_sh, batch_sh),
-        out_shardings=(state_sh, replicated),
-        donate_argnums=0,
+      jitted[key] = (
+        batch_sh,
+        jax.jit(
+          fn,
+          in_shardings=(state_sh, batch_sh),
+          out_shardings=(state_sh, replicated),
+          donate_argnums=0,
+        ),
       )
-    return jitted[key](state, batch)
+    batch_sh, jit_fn = jitted[key]
+    return jit_fn(state, multihost.from_host(batch, batch_sh))  # global arrays: multi-process
 
   step.fn = call
   return step

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from spade_jax import trajectories
+from spade_jax import multihost, trajectories
 from spade_jax.engine.decode import DecodeState
 from spade_jax.envs.ir import text
 from spade_jax.envs.ir.interpreter import EnvState, fault_names
@@ -230,7 +230,7 @@ class RolloutOutput:
     )
 
   def to_host(self) -> RolloutOutput:
-    return jax.tree.map(np.asarray, jax.device_get(self))
+    return jax.tree.map(np.asarray, multihost.to_host(self))
 
   def to_trajectories(self, *, group_id, advantages=0.0, seq_len: int | None = None):
     """The agent-role `Trajectories` of these episodes (``seq_len`` defaults to the longest)."""

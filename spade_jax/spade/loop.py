@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from spade_jax import trajectories
+from spade_jax import multihost, trajectories
 from spade_jax.spade import rewards, skills
 from spade_jax.spade.agent import AgentPlayer
 from spade_jax.spade.corpus import CorpusSampler
@@ -135,7 +135,8 @@ class SpadeLoop:
       out = epoch.rewards(self.tracker, self.scale, self.cfg.reward)
       self.tracker = out.tracker
       reward_G, raw_G, regret_G, win_G = (
-        np.asarray(x) for x in (out.reward_G, out.raw_G, out.regret_G, out.win_rate_G)
+        np.asarray(x)
+        for x in multihost.to_host((out.reward_G, out.raw_G, out.regret_G, out.win_rate_G))
       )
       valid_G = epoch.valid_G
       regrets += regret_G[valid_G].tolist()

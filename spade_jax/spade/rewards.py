@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from spade_jax import multihost
 from spade_jax.spade.skills import NUM_SKILLS
 from spade_jax.spade.window import GameStats, WindowPlays, window_stats
 
@@ -148,7 +149,7 @@ class LPTracker:
   def to_state(self) -> dict:
     """JSON-serialisable snapshot (host side)."""
     return {
-      f.name: jax.device_get(getattr(self, f.name)).tolist() for f in dataclasses.fields(self)
+      f.name: multihost.to_host(getattr(self, f.name)).tolist() for f in dataclasses.fields(self)
     }
 
   @classmethod
