@@ -11,6 +11,11 @@ A run lives in one workdir:
 * ``plots/``: the curves of `spade_jax.plots`, every ``plot_every`` steps and at the end;
 * the loops' own subdirectories (``envs/``, ``eval/``, ``transcripts/``), made here.
 
+In a multi-process run (`spade_jax.multihost`) every process runs the loop and reads the
+workdir, which must be one directory all processes see; process 0 alone writes ``config.json``,
+the metrics and the plots (the loops likewise write their records only there), while every
+process takes part in each checkpoint save (orbax writes every shard once).
+
 `Run` owns these (and the progress bar) for one call of a training loop: it opens them, restores
 the latest checkpoint, logs, saves and plots per step, and closes everything in `close` (a
 ``with`` block). The loops keep everything that is theirs: what a step computes and what the
@@ -25,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spade_jax import checkpoint, metrics, plots
+from spade_jax import checkpoint, metrics, multihost, plots
 
 
 class UserError(Exception):
@@ -53,7 +58,8 @@ def config_json(config) -> dict:
 
 def check_resume_config(workdir: Path, config) -> None:
   """Raises `UserError` if ``workdir`` holds a run whose config differs from ``config`` in a
-  field outside `RESUMABLE_CHANGES`; then (re)writes ``workdir/config.json``."""
+  field outside `RESUMABLE_CHANGES`; then (re)writes ``workdir/config.json`` (process 0 only,
+  atomically: the others may be reading it)."""
   path = Path(workdir) / "config.json"
   new = config_json(config)
   if path.exists():
@@ -65,13 +71,17 @@ def check_resume_config(workdir: Path, config) -> None:
       raise UserError(
         f"{workdir} holds a run with a different config (fields {diff}); use a new --workdir"
       )
-  path.write_text(json.dumps(new, indent=2))
+  if multihost.is_writer():
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(new, indent=2))
+    tmp.replace(path)
 
 
 def truncate_metrics(path: Path, start: int) -> None:
-  """Drops lines logged for steps >= ``start`` (a step killed before its checkpoint reruns)."""
+  """Drops lines logged for steps >= ``start`` (a step killed before its checkpoint reruns);
+  process 0 only."""
   path = Path(path)
-  if not path.exists():
+  if not path.exists() or not multihost.is_writer():
     return
   keep = [
     ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] < start
@@ -80,8 +90,10 @@ def truncate_metrics(path: Path, start: int) -> None:
 
 
 def write_plots(workdir: Path) -> list[Path]:
-  """``workdir/plots/*.png`` from ``workdir/metrics.jsonl``."""
+  """``workdir/plots/*.png`` from ``workdir/metrics.jsonl`` (process 0 only: none elsewhere)."""
   workdir = Path(workdir)
+  if not multihost.is_writer():
+    return []
   return plots.write_plots(metrics.read_metrics(workdir / "metrics.jsonl"), workdir / "plots")
 
 

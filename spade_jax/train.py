@@ -16,7 +16,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from spade_jax import metrics, runner, sharding
+from spade_jax import metrics, multihost, runner, sharding
 from spade_jax.runner import UserError
 from spade_jax.spade import config as spade_config
 from spade_jax.spade.config import base_config  # noqa: F401 (re-exported)
@@ -269,7 +269,7 @@ def _train(config, run: runner.Run) -> dict:
 
 
 def _write_transcripts(path: Path, transcripts: list, limit: int) -> None:
-  if limit <= 0 or not transcripts:
+  if limit <= 0 or not transcripts or not multihost.is_writer():
     return
   with path.open("w") as f:
     for t in transcripts[:limit]:

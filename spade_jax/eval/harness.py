@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from spade_jax import multihost
 from spade_jax.eval import results
 from spade_jax.eval.suite import Suite, limit_prompts
 
@@ -31,7 +32,9 @@ def evaluate(
 ) -> dict[str, dict]:
   """``{suite name: results.summarize(...)}`` (module docstring); ``player_for(suite)`` gives
   the player (`players.ModelPlayer` / `players.ScriptedPlayer`) of a suite; ``categories``
-  keeps only the named categories of a suite (absent or empty: all)."""
+  keeps only the named categories of a suite (absent or empty: all). In a multi-process run
+  every process plays every episode (the sampler is one SPMD program) and process 0 alone
+  writes the files; the others read only what was there before the call."""
   if k < 1:
     raise ValueError(f"k must be >= 1, got {k}")
   out = Path(out)
@@ -57,7 +60,8 @@ def evaluate(
     for lo in range(0, len(todo), flush):
       eps = player.play(suite, todo[lo : lo + flush])
       recs = [e.record() for e in eps]
-      results.append_records(path, recs)
+      if multihost.is_writer():
+        results.append_records(path, recs)
       done.update({(r["prompt_id"], r["sample"]): r for r in recs})
       log(f"{suite.name}: {min(lo + flush, len(todo))}/{len(todo)} played")
     recs = [done[(p.id, s)] for p, s in wanted]
@@ -65,7 +69,8 @@ def evaluate(
     summary[suite.name] = results.summarize(recs, cats)
     summary[suite.name]["metric"] = suite.metric
     summary[suite.name]["seconds"] = time.perf_counter() - t0
-  _merge_summary(out / "summary.json", summary)
+  if multihost.is_writer():
+    _merge_summary(out / "summary.json", summary)
   return summary
 
 

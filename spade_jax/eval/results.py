@@ -20,12 +20,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from spade_jax import multihost
+
 Key = tuple[str, int]  # (prompt id, sample index)
 
 
 def read_records(path: Path) -> dict[Key, dict]:
   """The records of a suite file by (prompt id, sample); a torn or garbled line is dropped
-  (and the file rewritten without it, so appends stay line-aligned)."""
+  (and the file rewritten without it, so appends stay line-aligned; by process 0 alone in a
+  multi-process run)."""
   if not path.exists():
     return {}
   out: dict[Key, dict] = {}
@@ -41,7 +44,7 @@ def read_records(path: Path) -> dict[Key, dict]:
       continue
     out[key] = rec
     good.append(line)
-  if torn:
+  if torn and multihost.is_writer():
     path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
   return out
 

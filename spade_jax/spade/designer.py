@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from spade_jax import multihost
 from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.envs.sandbox import validate as validation
 from spade_jax.spade import prompts, tool_prompts
@@ -154,6 +155,7 @@ class Designer:
     self.engine, self.tok, self.cfg, self.validator = engine, tok, cfg, validator
     self.envs_dir = Path(envs_dir)
     self.envs_dir.mkdir(parents=True, exist_ok=True)
+    self.writes = multihost.is_writer()  # records: process 0 of a multi-process run only
     self.max_context = max_context
     self.translate_seeds = translate_seeds
 
@@ -234,7 +236,7 @@ class Designer:
         timing["validate"] += time.perf_counter() - t
         stages[report.stage] = stages.get(report.stage, 0) + 1
         stem = f"step{gen_step:06d}_game{g:02d}_attempt{attempt}"
-        (self.envs_dir / f"{stem}.py").write_text(report.source or text)
+        self._record(f"{stem}.py", report.source or text)
         verdict = report.to_dict()
         verdict.update(
           skill=skills[g],
@@ -256,7 +258,7 @@ class Designer:
             file=f"{stem}.py",
             kind=cfg.kind,
           )
-        (self.envs_dir / f"{stem}.json").write_text(json.dumps(verdict, indent=1, default=str))
+        self._record(f"{stem}.json", json.dumps(verdict, indent=1, default=str))
         samples.append(
           {
             "game": g if report.valid else -1,
@@ -368,8 +370,9 @@ class Designer:
       same = [e for e in entries if e.skill == skill] or entries
       entry = same[derive_seed(seed, gen_step, g) % len(same)]
       stem = f"step{gen_step:06d}_game{g:02d}_library_{entry.name}"
-      (self.envs_dir / f"{stem}.py").write_text(entry.source)
-      (self.envs_dir / f"{stem}.json").write_text(
+      self._record(f"{stem}.py", entry.source)
+      self._record(
+        f"{stem}.json",
         json.dumps(
           {
             "valid": True,
@@ -381,7 +384,7 @@ class Designer:
             "family": entry.name,
           },
           indent=1,
-        )
+        ),
       )
       games.append(
         GameEnv(
@@ -399,8 +402,14 @@ class Designer:
     seconds = self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
     return games, seconds
 
+  def _record(self, name: str, text: str) -> None:
+    if self.writes:
+      (self.envs_dir / name).write_text(text)
+
   def update_record(self, file: str, **fields) -> None:
     """Adds fields (hint, translation, results) to an environment's verdict JSON."""
+    if not self.writes:
+      return
     path = self.envs_dir / (Path(file).stem + ".json")
     record = json.loads(path.read_text()) if path.exists() else {}
     record.update(fields)

@@ -8,7 +8,8 @@ fetch is the iteration's only host sync. The host then writes metrics, the envir
 every ``eval.every`` steps it writes the held-out results episode by episode to
 ``workdir/eval/stepNNNNNN.jsonl`` (NNNNNN: updates the evaluated policy has had).
 Checkpoints hold the train state and the pool carry (device) plus memory, records of the pool
-and the step (host), so a killed run resumes exactly.
+and the step (host), so a killed run resumes exactly. The whole run lives on one device of one
+process: a multi-process start (`spade_jax.multihost`) is refused.
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def train_tiny(config, workdir) -> dict:
     typed = typed_config(config)
   except ValueError as e:
     raise UserError(str(e)) from e
+  if jax.process_count() > 1:  # `place` puts everything on jax.devices()[0], process 0's
+    raise UserError(
+      f"the tiny front end runs on one device of one process, not {jax.process_count()} "
+      "processes (multi-process runs: the Python-environment loop)"
+    )
   with runner.Run(config, workdir, ("envs", "plots", "eval")) as run:  # config.json: the dict
     return _train(typed, run)
 
