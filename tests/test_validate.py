@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from spade_jax.envs.library import FAMILIES
 from spade_jax.envs.sandbox.pool import SandboxConfig
 from spade_jax.envs.sandbox.process import WORKER_SCRIPT
 from spade_jax.envs.sandbox.validate import (
   STAGES,
   ValidatorConfig,
+  dependence_failure,
   extract_code,
   repair_fstrings,
   validate,
@@ -139,6 +141,56 @@ def test_total_timeout_is_enforced(scratch_root):
   assert time.monotonic() - t < 6
   assert not report.valid and report.stage in ("contract", "feasibility")
   assert "timed out" in report.reason and "total time limit" in report.reason
+
+
+# -- dependence ----------------------------------------------------------------------------
+
+
+def test_dependence_verdict():
+  obs = {s: f"task {s}" for s in range(8)}
+  why = dependence_failure({s: " 7 " for s in range(8)}, obs)
+  assert why.startswith("the solution is '7' on all 8 probed seeds") and "8 distinct" in why
+  assert dependence_failure({s: str(s % 2) for s in range(8)}, obs) is None  # yes/no varies
+  assert dependence_failure({s: "7" for s in range(8)}, dict.fromkeys(range(8), "same")) is None
+
+
+SKEWED = """import random
+import re
+
+
+class RoundTenEnv:
+  def __init__(self, **kw):
+    self.reset()
+
+  def reset(self, seed=None):
+    self.n = random.Random(seed).randint(1, 100)
+    return f"Is {self.n} a multiple of 11? Answer \\\\boxed{{yes}} or \\\\boxed{{no}}.", {}
+
+  def solution(self):
+    return "yes" if self.n % 11 == 0 else "no"
+
+  def step(self, action):
+    ok = f"\\\\boxed{{{self.solution()}}}" in action
+    return ("Right." if ok else "Wrong."), float(ok), ok, not ok, {}
+"""
+
+
+def test_skewed_yes_no_is_probed_past_the_validation_seeds(scratch_root):
+  """A yes/no answer, "yes" on ~9% of seeds and "no" on all 8 validation seeds: the stage
+  probes on (and finds a "yes") instead of calling the answer task-independent."""
+  sandbox = SandboxConfig(scratch_root=str(scratch_root))
+  report = validate(SKEWED, ValidatorConfig(sandbox=sandbox))
+  assert report.valid, report.reason
+  constant = SKEWED.replace('"yes" if self.n % 11 == 0 else "no"', '"no"')
+  report = validate(constant, ValidatorConfig(sandbox=sandbox))
+  assert report.stage == "dependence" and "on all 64 probed seeds" in report.reason
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_library_twins_pass_validation(name, scratch_root):
+  sandbox = SandboxConfig(scratch_root=str(scratch_root))
+  report = validate(FAMILIES[name].twin_source(), ValidatorConfig(sandbox=sandbox))
+  assert report.valid, (report.stage, report.reason)
 
 
 # -- extract -------------------------------------------------------------------------------

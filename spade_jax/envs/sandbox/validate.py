@@ -17,6 +17,15 @@ subclass; the same stage names, with the sandboxed stages of sandbox/validate_to
                 bool, bool, dict); solution() -> str; no exceptions.
 * `feasibility` after reset(seed), `\\boxed{solution()}` earns reward 1.0 and terminates, for
                 every validation seed.
+* `dependence`  the answer must depend on the task: the stage fails when `solution()` is the
+                same string on every probe seed while the first observation varies (the
+                validation seeds, then further seeds up to `dependence_seeds` in all; probing
+                stops at the first seed whose solution differs, so a normal environment costs
+                no extra call). A small answer space (yes/no, a handful of values) is not
+                rejected spuriously: the chance that an answer whose most common value has
+                probability p is constant on all 64 probes is p**64 (5e-20 for a fair yes/no,
+                1e-3 for p = 0.9). A fixed task (the observation and the solution both constant)
+                passes. See `dependence_failure`.
 * `determinism` a fresh instance reset with the same seed gives the same observation and
                 solution, and so does re-resetting the instance after it has been played.
 * `leak`        the solution must not appear verbatim (as a whole token) in the first
@@ -45,7 +54,16 @@ from spade_jax.envs.sandbox.pool import SandboxConfig
 from spade_jax.envs.sandbox.validate_run import StageFailure, ValidationRun, leak_failure
 from spade_jax.envs.sandbox.validate_tool import TOOL_JUNK_ACTIONS, tool_stages
 
-STAGES = ("extract", "static", "load", "contract", "feasibility", "determinism", "leak")
+STAGES = (
+  "extract",
+  "static",
+  "load",
+  "contract",
+  "feasibility",
+  "dependence",
+  "determinism",
+  "leak",
+)
 JUNK_ACTIONS = (
   "",
   "I am not sure.",
@@ -64,6 +82,7 @@ class ValidatorConfig:
   total_timeout: float = 60.0
   sandbox: SandboxConfig = field(default_factory=SandboxConfig)
   junk_actions: tuple[str, ...] = JUNK_ACTIONS
+  dependence_seeds: int = 64  # probe seeds in all (validation seeds first) of `dependence`
   tool_junk_actions: tuple[str, ...] = TOOL_JUNK_ACTIONS  # tool environments (validate_tool)
 
 
@@ -213,6 +232,25 @@ def repair_fstrings(code: str) -> tuple[str, list[str]]:
 # -- the sandboxed stages -------------------------------------------------------------------
 
 
+def dependence_failure(solutions: dict, observations: dict) -> str | None:
+  """The dependence stage's verdict: None, or why the answer does not depend on the task.
+
+  Fails exactly when `solutions` (per seed, stripped) hold one value while `observations` (the
+  first observation per seed) hold at least two: every task shown gets the same answer, as when
+  `solution()` returns a constant and `step()` compares with `solution()` ("self-consistent
+  but wrong"). Callers probe enough seeds that a small but real answer space (yes/no) differs
+  somewhere."""
+  answers = {str(a).strip() for a in solutions.values()}
+  shown = set(observations.values())
+  if len(answers) != 1 or len(shown) < 2:
+    return None
+  (answer,) = answers
+  return (
+    f"the solution is {answer[:60]!r} on all {len(solutions)} probed seeds while the first "
+    f"observation varies ({len(shown)} distinct): the answer does not depend on the task"
+  )
+
+
 def game_stages(run: ValidationRun, source: str, class_name: str) -> None:
   """The sandboxed stages of a game (load .. leak); raises StageFailure."""
   cfg = run.config
@@ -243,6 +281,19 @@ def game_stages(run: ValidationRun, source: str, class_name: str) -> None:
         f"seed {s}: answering {answer[:80]} after reset gave reward {reward:g} and "
         f"terminated={terminated} (need reward 1.0 and terminated=True)",
       )
+  run.end()
+
+  run.begin("dependence")
+  observations = {s: first[s][0] for s in seeds}
+  solutions = {s: first[s][1] for s in seeds}
+  extra = max(seeds) + 1
+  while len(set(solutions.values())) == 1 and len(solutions) < cfg.dependence_seeds:
+    observations[extra], _ = run.call(env, "reset", extra)
+    solutions[extra] = run.call(env, "solution")
+    extra += 1
+  why = dependence_failure(solutions, observations)
+  if why is not None:
+    raise run.fail(why)
   run.end()
 
   run.begin("determinism")
