@@ -4,6 +4,14 @@ same run, plus a short profile (forward / backward / optimizer split).
   python benchmarks/train_step.py [--configs tiny,mid] [--batch 16] [--seq 512] [--steps 3]
                                   [--dtype float32|bfloat16] [--remat none|full|dots]
                                   [--micro-batches 1] [--vocab 16384]
+  python benchmarks/train_step.py --vs-torch [--batch 16] [--steps 5]
+
+``--vs-torch`` is issue 26's side-by-side: a random Qwen3 built in transformers (4 layers, width
+256, 4 heads of 64, 2 KV heads, MLP 768, vocab 4096, tied, f32), loaded here through
+``load_pretrained``, one GRPO update (PPO-clip + TIS, sequence-mean token-mean, AdamW with
+clipping at 1.0, KL off) on batch x 192 tokens (64 prompt + 128 trained) timed against the same
+update written in PyTorch on the same weights and batch, alternating, medians; the two first
+losses are printed side by side (they must agree: same computation).
 
 Prints one JSON object. MFU = model FLOPs of forward + backward (3x the forward matmul FLOPs of
 ``TransformerConfig.flops_per_token``; rematerialisation not counted) / step time / peak, where
@@ -169,6 +177,112 @@ def bench_config(name: str, args, peak: float) -> dict:
   }
 
 
+VS_TORCH = dict(
+  vocab_size=4096,
+  hidden_size=256,
+  num_hidden_layers=4,
+  num_attention_heads=4,
+  num_key_value_heads=2,
+  head_dim=64,
+  intermediate_size=768,
+  tie_word_embeddings=True,
+  max_position_embeddings=1024,
+  rope_theta=1e6,
+  rms_norm_eps=1e-6,
+)
+
+
+def torch_grpo_step(hf, opt, batch, loss_cfg: losses.LossConfig):
+  """One GRPO update in PyTorch, the same computation as `update.make_update` (KL off)."""
+  import torch
+
+  tokens = torch.as_tensor(np.asarray(batch.tokens_BT), dtype=torch.long)
+  mask = torch.as_tensor(np.asarray(batch.loss_mask_BT))[:, 1:]
+  rollout = torch.as_tensor(np.asarray(batch.rollout_logprobs_BT))[:, 1:]
+  adv = torch.as_tensor(np.asarray(batch.advantages_B))[:, None]
+  opt.zero_grad(set_to_none=True)
+  logits = hf(input_ids=tokens).logits[:, :-1].float() / loss_cfg.temperature
+  logp = torch.log_softmax(logits, -1).gather(-1, tokens[:, 1:, None])[..., 0]
+  old = logp.detach()
+  ratio = torch.exp(logp - old)
+  pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - loss_cfg.eps_low, 1 + loss_cfg.eps_high))
+  pg = pg * torch.exp(old - rollout).clamp(0, loss_cfg.tis_cap)
+  per_seq = (pg * mask).sum(1) / mask.sum(1).clamp(min=1)
+  loss = per_seq.sum() / tokens.shape[0]
+  loss.backward()
+  torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+  opt.step()
+  return float(loss)
+
+
+def bench_vs_torch(args) -> dict:
+  import tempfile
+
+  import torch
+  from transformers import Qwen3Config, Qwen3ForCausalLM
+
+  from spade_jax.models import load_pretrained
+
+  torch.manual_seed(0)
+  hf = Qwen3ForCausalLM(Qwen3Config(**VS_TORCH, torch_dtype="float32")).float()
+  with tempfile.TemporaryDirectory() as d:
+    hf.save_pretrained(d)
+    model, cfg = load_pretrained(d, dtype=jnp.float32)
+  hf.train()
+  decay = [p for n, p in hf.named_parameters() if p.ndim > 1]
+  no_decay = [p for n, p in hf.named_parameters() if p.ndim <= 1]
+  opt_cfg = OptimizerConfig(learning_rate=1e-6)
+  opt = torch.optim.AdamW(
+    [
+      {"params": decay, "weight_decay": opt_cfg.weight_decay},
+      {"params": no_decay, "weight_decay": 0},
+    ],
+    lr=opt_cfg.learning_rate,
+    betas=(opt_cfg.b1, opt_cfg.b2),
+    eps=opt_cfg.eps,
+  )
+  loss_cfg = losses.LossConfig(logprob_chunk=args.chunk)
+  graphdef, state = train_state.create_train_state(model, make_optimizer(opt_cfg))
+  step = update.make_update(graphdef, loss_cfg, opt_cfg, micro_batches=args.micro_batches)
+  seq = 192
+  nb = make_batch(cfg, args.batch, seq)
+  nb.loss_mask_BT[:, :] = 0.0
+  nb.loss_mask_BT[:, 64:] = 1.0
+  nb.rollout_logprobs_BT[:, :] = nb.loss_mask_BT * -np.log(cfg.vocab_size)
+  batch = jax.tree.map(jnp.asarray, nb)
+
+  t = time.perf_counter()
+  state, m = step(state, batch)
+  jax.block_until_ready(m)
+  compile_s = time.perf_counter() - t
+  jax_loss = float(m["train/loss"]) if "train/loss" in m else float("nan")
+  torch_loss = torch_grpo_step(hf, opt, nb, loss_cfg)
+  holder = {"state": state}
+
+  def ours():
+    holder["state"], metrics_ = step(holder["state"], batch)
+    jax.block_until_ready(metrics_)
+
+  times = {"spade_jax": [], "torch": []}
+  for _ in range(args.steps):
+    t = time.perf_counter()
+    ours()
+    times["spade_jax"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    torch_grpo_step(hf, opt, nb, loss_cfg)
+    times["torch"].append(time.perf_counter() - t)
+  med = {k: statistics.median(v) for k, v in times.items()}
+  return {
+    "shape": {**VS_TORCH, "batch": args.batch, "seq": seq, "trained_tokens": seq - 64},
+    "compile_s": compile_s,
+    "first_loss": {"spade_jax": jax_loss, "torch": torch_loss},
+    "step_s_median": med,
+    "step_s_all": times,
+    "speedup_vs_torch": med["torch"] / med["spade_jax"],
+    "torch_threads": torch.get_num_threads(),
+  }
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--configs", default="tiny,mid")
@@ -180,7 +294,13 @@ def main():
   p.add_argument("--remat", default="none", choices=("none", "full", "dots"))
   p.add_argument("--micro-batches", type=int, default=1)
   p.add_argument("--chunk", type=int, default=256, help="log-softmax chunk (sequence positions)")
+  p.add_argument("--vs-torch", action="store_true", help="issue 26's side-by-side with PyTorch")
   args = p.parse_args()
+  if args.vs_torch:
+    out = {"benchmark": "train_step_vs_torch", "devices": len(jax.devices())}
+    out.update(bench_vs_torch(args))
+    print(json.dumps(out, indent=1))
+    return
 
   peak = metrics.probe_matmul_peak(jnp.dtype(args.dtype))
   out = {
