@@ -27,7 +27,7 @@ import orbax.checkpoint as ocp
 
 FORMAT_VERSION = 1
 # TransformerConfig fields that change only how the model is computed, not its parameters.
-COMPUTE_ONLY_FIELDS = ("dtype", "remat", "attention_chunk")
+COMPUTE_ONLY_FIELDS = ("dtype", "remat", "attention_chunk", "attention_impl")
 
 
 class CheckpointError(Exception):

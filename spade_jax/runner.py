@@ -262,6 +262,7 @@ def load_policy(config, mesh):
       param_dtype=jnp.float32,
       mesh=mesh,
       remat=config.model.remat,
+      attention_impl=config.model.attention_impl,
     )
   except (CheckpointError, ValueError) as e:
     raise UserError(f"model: {e}") from e

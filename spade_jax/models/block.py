@@ -6,7 +6,25 @@ output projection, SwiGLU MLP or Qwen3-MoE sparse MLP, residuals) run by the tra
 (:func:`spade_jax.engine.kv_cache.decode_forward`) and the chunked forward
 (:func:`spade_jax.engine.chunk.chunk_forward`). What differs between them -- where the new
 keys/values are cached and in which layout they are attended to -- is the ``attend`` callable the
-caller passes; each builds it on :func:`masked_attention`.
+caller passes; each builds it on :func:`masked_attention` or, for the model's own forward over
+a whole sequence or a prefill chunk, on :func:`attention`, which dispatches on
+``cfg.attention_impl``:
+
+* ``"reference"``: :func:`masked_attention` (einsum, ``MASK_VALUE`` where masked, float32
+  softmax), queries in chunks of ``cfg.attention_chunk``; the parity reference.
+* ``"xla"``: ``jax.nn.dot_product_attention(implementation="xla")`` with the exact boolean mask,
+  queries chunked the same way; equal to the reference up to float rounding.
+* ``"cudnn"``: ``implementation="cudnn"`` (cuDNN flash attention; a CUDA GPU and a bf16/fp16
+  ``cfg.dtype``, else a ``ValueError`` at trace time), unchunked. Where the mask is exactly
+  causal with no padding (the full forward without ``mask_BT``: training and the GRPO update)
+  it is ``is_causal=True`` and cuDNN never computes the masked half; otherwise (padding masks,
+  a prefill chunk's causal-with-offset mask over the cache) the boolean mask, which JAX hands
+  to cuDNN as an additive bias: exact, but without the causal skip.
+* ``"auto"``: ``"cudnn"`` where it applies (GPU, bf16/fp16, head_dim a multiple of 8 and at
+  most 128, or 256 from compute capability 9.0), else ``"xla"``.
+
+The decode step and the engine's chunked forward (:mod:`spade_jax.engine.kv_cache`) always
+use :func:`masked_attention` on their own ``[B, K, H, S]`` cache layout.
 
 Matmuls run in ``cfg.dtype`` and accumulate in float32; norms, softmax and the residual stream
 are float32.
@@ -78,6 +96,110 @@ def masked_attention(q, k, v, mask, dt, scores_spec: str, out_spec: str):
   scores = jnp.where(mask, scores, MASK_VALUE)
   probs = jax.nn.softmax(scores, axis=-1)
   return jnp.einsum(out_spec, probs.astype(dt), v.astype(dt), preferred_element_type=F32)
+
+
+def resolve_attention_impl(cfg: TransformerConfig) -> str:
+  """The implementation ``cfg.attention_impl`` selects on this process's default backend:
+  ``"reference"``, ``"xla"`` or ``"cudnn"`` (``"auto"`` resolved). ``"cudnn"`` where cuDNN
+  cannot run (no CUDA GPU, a float32 ``cfg.dtype``) raises ``ValueError``; ``"auto"`` falls
+  back to ``"xla"`` there."""
+  impl = cfg.attention_impl
+  if impl in ("reference", "xla"):
+    return impl
+  why_not = _cudnn_unsupported(cfg)
+  if impl == "auto":
+    return "xla" if why_not else "cudnn"
+  if why_not:
+    raise ValueError(
+      f"attention_impl='cudnn' cannot run here: {why_not}; use attention_impl='auto' (cuDNN "
+      "where it applies, else XLA) or 'xla'"
+    )
+  return "cudnn"
+
+
+def _cudnn_unsupported(cfg: TransformerConfig) -> str | None:
+  """Why cuDNN flash attention cannot run ``cfg`` on the default backend (None: it can)."""
+  backend = jax.default_backend()
+  if backend != "gpu":
+    return f"it needs a CUDA GPU and the default JAX backend is {backend!r}"
+  device = jax.devices()[0]
+  capability = getattr(device, "compute_capability", None)
+  if capability is None:  # e.g. ROCm
+    return f"the GPU {device.device_kind!r} is not a CUDA device"
+  if jnp.dtype(cfg.dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    return f"it needs a bfloat16 or float16 compute dtype, not {jnp.dtype(cfg.dtype).name}"
+  major = int(str(capability).split(".")[0])
+  h_max = 256 if major >= 9 else 128
+  if cfg.head_dim % 8 or cfg.head_dim > h_max:
+    return f"head_dim={cfg.head_dim} must be a multiple of 8 and <= {h_max} on this GPU"
+  return None
+
+
+def attention(
+  cfg: TransformerConfig, q_BTNH, k_BSKH, v_BSKH, mask_BTS, *, causal: bool = False
+) -> jax.Array:
+  """Softmax attention of queries ``[B, T, N, H]`` to keys/values ``[B, S, K, H]`` (``N`` a
+  multiple of ``K``: grouped-query attention; query head ``n`` reads kv head ``n // (N //
+  K)``) where the boolean ``mask_BTS`` holds, in ``cfg.attention_impl``'s implementation (see
+  the module docstring) -> float32 ``[B, T, N, H]``. ``causal=True`` promises that
+  ``mask_BTS`` is exactly ``tril(ones(T, S))`` for every sequence (no padding), which lets
+  cuDNN skip the masked half; the other implementations read only ``mask_BTS``."""
+  impl = resolve_attention_impl(cfg)
+  dt = cfg.dtype
+  if impl == "cudnn":
+    out = jax.nn.dot_product_attention(
+      q_BTNH.astype(dt),
+      k_BSKH.astype(dt),
+      v_BSKH.astype(dt),
+      mask=None if causal else mask_BTS[:, None],
+      is_causal=causal,
+      implementation="cudnn",
+    )
+    return out.astype(F32)
+  if impl == "xla":
+
+    def one(q, m):
+      out = jax.nn.dot_product_attention(
+        q.astype(dt), k_BSKH.astype(dt), v_BSKH.astype(dt), mask=m[:, None], implementation="xla"
+      )
+      return out.astype(F32)
+
+  else:
+
+    def one(q, m):
+      B, T, N, H = q.shape
+      K = k_BSKH.shape[2]
+      out = masked_attention(
+        q.reshape(B, T, K, N // K, H),
+        k_BSKH,
+        v_BSKH,
+        m[:, None, None],
+        dt,
+        "btkgh,bskh->bkgts",
+        "bkgts,bskh->btkgh",
+      )
+      return out.reshape(B, T, N, H)
+
+  return _query_chunks(one, q_BTNH, mask_BTS, cfg.attention_chunk)
+
+
+def _query_chunks(fn, q_BT_, mask_BTS, chunk):
+  """``fn(q, mask)`` with the queries (axis 1) in chunks of ``chunk`` when longer, each chunk
+  rematerialised in the backward pass, so memory is O(chunk x S) instead of O(T x S) for long
+  sequences."""
+  B, T = q_BT_.shape[:2]
+  if not chunk or T <= chunk:
+    return fn(q_BT_, mask_BTS)
+  n = -(-T // chunk)
+  pad = n * chunk - T
+  q = jnp.pad(q_BT_, ((0, 0), (0, pad)) + ((0, 0),) * (q_BT_.ndim - 2))
+  m = jnp.pad(mask_BTS, ((0, 0), (0, pad), (0, 0)))
+  q_nBC_ = jnp.moveaxis(q.reshape(B, n, chunk, *q.shape[2:]), 1, 0)
+  m_nBCS = jnp.moveaxis(m.reshape(B, n, chunk, m.shape[-1]), 1, 0)
+  one = jax.checkpoint(lambda xs: fn(xs[0], xs[1]))
+  out_nBC_ = jax.lax.map(one, (q_nBC_, m_nBCS))
+  out = jnp.moveaxis(out_nBC_, 0, 1).reshape(B, n * chunk, *out_nBC_.shape[3:])
+  return out[:, :T]
 
 
 def block(

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from spade_jax.models.rope import PARAMETERS, SCALING_TYPES, RopeScaling
 
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_moe", "qwen2", "llama")
+ATTENTION_IMPLS = ("reference", "xla", "cudnn", "auto")
 
 # HF config fields that change the computation and that this model does not implement. A
 # checkpoint that sets them to a non-default value is refused instead of silently mis-modelled.
@@ -67,8 +68,13 @@ class TransformerConfig:
   param_dtype: Any = jnp.float32
   # Rematerialisation of each block in the backward pass: "none", "full" or "dots".
   remat: str = "none"
-  # Queries are processed in chunks of this many positions when longer (0: never chunk).
+  # Queries are processed in chunks of this many positions when longer (0: never chunk);
+  # "reference" and "xla" attention only.
   attention_chunk: int = 512
+  # Training / prefill attention (spade_jax.models.block.attention): "reference" (einsum +
+  # softmax), "xla" / "cudnn" (jax.nn.dot_product_attention's implementations), "auto" (cuDNN
+  # on a GPU where it applies, else XLA). Decode steps always use the reference einsums.
+  attention_impl: str = "reference"
   bos_token_id: int | None = None
   eos_token_id: int | list[int] | None = None
   pad_token_id: int | None = None
@@ -91,6 +97,10 @@ class TransformerConfig:
       raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
     if self.remat not in ("none", "full", "dots"):
       raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(
+        f"attention_impl must be one of {'|'.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}"
+      )
     if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
       raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
     object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))

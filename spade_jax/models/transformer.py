@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import sharding
-from spade_jax.models.block import block_with_router, masked_attention, rms_norm, rope_tables
+from spade_jax.models.block import attention, block_with_router, rms_norm, rope_tables
 from spade_jax.models.cache import KVCache
 from spade_jax.models.config import TransformerConfig
 
@@ -162,6 +162,7 @@ class Transformer(nnx.Module):
     if positions_BT is None:
       start = 0 if cache is None else cache.index
       positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+    causal = cache is None and mask_BT is None  # exactly causal: cuDNN may skip half
     if mask_BT is None:
       mask_BT = jnp.ones((B, T), bool)
     x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(_F32)
@@ -181,7 +182,8 @@ class Transformer(nnx.Module):
 
     def body(x_BTD, xs):
       w, kv = xs
-      attend = _model_attend(cfg, attn_mask_BTS, kv, None if cache is None else cache.index)
+      index = None if cache is None else cache.index
+      attend = _model_attend(cfg, attn_mask_BTS, kv, index, causal)
       x_BTD, kv, router_BTE = block_with_router(cfg, w, x_BTD, sin_BTH, cos_BTH, attend)
       return x_BTD, (kv, router_BTE)
 
@@ -211,34 +213,12 @@ class Transformer(nnx.Module):
     return sharding.constrain(logits_BTV, ("batch", "length", "act_vocab"))
 
 
-def _attend(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt):
-  return masked_attention(
-    q_BTKGH, k_BSKH, v_BSKH, mask_BTS[:, None, None], dt, "btkgh,bskh->bkgts", "bkgts,bskh->btkgh"
-  )
-
-
-def _attention(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt, chunk):
-  """Softmax attention; queries in chunks of ``chunk`` when longer, each chunk rematerialised
-  in the backward pass, so memory is O(chunk x S) instead of O(T x S) for long sequences."""
-  B, T = q_BTKGH.shape[:2]
-  if not chunk or T <= chunk:
-    return _attend(q_BTKGH, k_BSKH, v_BSKH, mask_BTS, dt)
-  n = -(-T // chunk)
-  pad = n * chunk - T
-  q = jnp.pad(q_BTKGH, ((0, 0), (0, pad)) + ((0, 0),) * 3)
-  m = jnp.pad(mask_BTS, ((0, 0), (0, pad), (0, 0)))
-  q_nBCKGH = jnp.moveaxis(q.reshape(B, n, chunk, *q.shape[2:]), 1, 0)
-  m_nBCS = jnp.moveaxis(m.reshape(B, n, chunk, m.shape[-1]), 1, 0)
-  one = jax.checkpoint(lambda xs: _attend(xs[0], k_BSKH, v_BSKH, xs[1], dt))
-  out_nBCKGH = jax.lax.map(one, (q_nBCKGH, m_nBCS))
-  out = jnp.moveaxis(out_nBCKGH, 0, 1).reshape(B, n * chunk, *out_nBCKGH.shape[3:])
-  return out[:, :T]
-
-
-def _model_attend(cfg, mask_BTS, kv, index):
+def _model_attend(cfg, mask_BTS, kv, index, causal=False):
   """The block's ``attend`` for the model forward: over this call's own keys/values (``kv``
   None) or this layer's stacked-layout cache ``kv = (K, V)`` ``[B, S, K, H]``, written at
-  ``index``; ``aux`` is the new (K, V) or None."""
+  ``index``; ``aux`` is the new (K, V) or None. Attention is
+  :func:`spade_jax.models.block.attention` (``cfg.attention_impl``); ``causal``: ``mask_BTS``
+  is plain causal (no padding, no cache)."""
 
   def attend(q_BTNH, k_BTKH, v_BTKH):
     if kv is None:
@@ -250,12 +230,7 @@ def _model_attend(cfg, mask_BTS, kv, index):
       k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKH.astype(k_cache.dtype), start)
       v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKH.astype(v_cache.dtype), start)
       keys_BSKH, values_BSKH, new_kv = k_cache, v_cache, (k_cache, v_cache)
-    B, T, N, H = q_BTNH.shape
-    K = cfg.num_kv_heads
-    q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
-    attn_BTKGH = _attention(
-      q_BTKGH, keys_BSKH, values_BSKH, mask_BTS, cfg.dtype, cfg.attention_chunk
-    )
-    return attn_BTKGH.reshape(B, T, N, H), new_kv
+    attn_BTNH = attention(cfg, q_BTNH, keys_BSKH, values_BSKH, mask_BTS, causal=causal)
+    return attn_BTNH, new_kv
 
   return attend

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from spade_jax.models.config import ATTENTION_IMPLS
 from spade_jax.rl import advantages, losses
 from spade_jax.spade.heldout import DEFAULT_TASKS, TASK_BUCKET
 from spade_jax.spade.rewards import VARIANTS
@@ -31,6 +32,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.tokenizer = ""  # default: model.path
   c.model.dtype = "float32"  # compute dtype; master weights are always float32
   c.model.remat = "none"
+  # training / prefill attention: reference (einsum + softmax), xla or cudnn
+  # (jax.nn.dot_product_attention), auto (cuDNN on a GPU where it applies, else XLA)
+  c.model.attention_impl = "reference"
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = (1, -1, 1)  # data, fsdp, tensor; -1 fills from the device count
@@ -175,6 +179,10 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(
     c.model.dtype in ("float32", "bfloat16"),
     f"model.dtype={c.model.dtype!r}; expected float32 or bfloat16",
+  )
+  need(
+    c.model.attention_impl in ATTENTION_IMPLS,
+    f"model.attention_impl={c.model.attention_impl!r}; expected one of {', '.join(ATTENTION_IMPLS)}",
   )
   need(
     c.agent.temperature == c.designer.temperature,
