@@ -99,7 +99,7 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.spade import corpus as corpus_lib
   from spade_jax.spade import prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
-  from spade_jax.spade.designer import Designer, DesignerConfig
+  from spade_jax.spade.designer import Designer, DesignerConfig, seed_memory
   from spade_jax.spade.loop import LoopConfig, SpadeLoop
   from spade_jax.spade.memory import EnvMemory
 
@@ -193,6 +193,9 @@ def _train(config, run: runner.Run) -> dict:
     framing=framing,
   )
   reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
+  memory = EnvMemory() if s.memory else None
+  if memory is not None and s.get("library_seeds", False):
+    seed_memory(memory, "tool" if config.setting == "tool_use" else "game")
   loop = SpadeLoop(
     LoopConfig(
       seed=config.seed,
@@ -211,7 +214,7 @@ def _train(config, run: runner.Run) -> dict:
     designer,
     player,
     update,
-    EnvMemory() if s.memory else None,
+    memory,
     corpus,
   )
 

@@ -1,7 +1,8 @@
 """The SPADE loop end to end on CPU with a scripted designer (the one place a stub is right).
 
 A tiny random policy cannot write environments, so the designer role's *sampling* is replaced
-by fixed sources (valid translatable, valid host-only, invalid, hostile); everything else is
+by fixed sources (valid translatable, valid host-only, a re-spaced copy of a library seed,
+hostile); everything else is
 the real path: sandbox validation, hint writing by the policy, hinted / unhinted plays,
 delayed designer rewards, the mixed GRPO update, checkpoints, resume, metrics, plots.
 """
@@ -21,13 +22,22 @@ from hf_fixtures import save_hf_model, tiny_tokenizer_dir
 
 from spade_jax import metrics, train
 from spade_jax.spade import designer as designer_lib
-from spade_jax.spade import prompts
+from spade_jax.spade import observe, prompts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs"
+
+
+def library_copy() -> str:
+  """A library seed's source with its whitespace changed (blank lines, trailing spaces): valid
+  Python that the validator would pass, rejected at the designer's "copy" stage."""
+  source = designer_lib.library_entries("game")[0].source
+  return source.replace(":\n", ":  \n\n")
+
+
 SCRIPT = [  # game slot -> source the "designer" writes (wrapped in a fence, as a model would)
   FIXTURES / "valid" / "v02_arithmetic.py",  # inside the translatable subset
   FIXTURES / "valid" / "v10_word_reverse.py",  # host-only (strings)
-  FIXTURES / "invalid" / "i02_no_env_class.py",
+  library_copy,  # a verbatim copy of a library seed (the memory holds library seeds)
   FIXTURES / "hostile" / "h02_os_system.py",
 ]
 
@@ -40,7 +50,8 @@ def install_scripted_designer(monkeypatch):
     if conversations[0][0]["content"] != prompts.DESIGNER_SYSTEM:
       return prompts_ids, out  # hint writer: the real policy
     for k in range(len(conversations)):  # one attempt per slot: conversation k is game k
-      text = f"Here is my game.\n```python\n{SCRIPT[k].read_text()}```\n"
+      src = SCRIPT[k].read_text() if isinstance(SCRIPT[k], Path) else SCRIPT[k]()
+      text = f"Here is my game.\n```python\n{src}```\n"
       ids = self.tok.encode(text) + [self.tok.eos_ids[0]]
       out.tokens[k], out.logprobs[k] = ids, [-1.0] * len(ids)
       out.loss_mask[k], out.finished[k] = [1] * len(ids), True
@@ -75,6 +86,7 @@ def tiny_config(model_dir, tok_dir):
   c.spade.hint_plays = 2
   c.spade.max_attempts = 1
   c.spade.corpus = "none"
+  c.spade.library_seeds = True
   c.spade.translate_seeds = 8
   c.designer.max_new_tokens = 16
   c.designer.hint_max_new_tokens = 8
@@ -122,12 +134,25 @@ def test_loop_end_to_end(reference_run):
   assert [r["step"] for r in rows] == [0, 1]
   for r in rows:  # two of the four scripted environments validate, every step
     assert r["designer/valid_rate"] == 0.5
-    assert r["designer/stage/ok"] == 2 and r["designer/stage/static"] == 2
+    stages = {k.removeprefix("designer/stage/"): v for k, v in r.items() if "/stage/" in k}
+    assert set(stages) == {*observe.DESIGNER_STAGES, "ok"}  # every stage, zeros included
+    assert stages["ok"] == r["designer/passed"] == 2 and stages["static"] == 1
+    assert stages["copy"] == 1 and sum(stages.values()) == r["designer/attempts"] == 4
     assert r["agent/pool_source"] == 0.0
     assert r["designer/translated_rate"] == 0.5  # v02 translates, v10 (strings) does not
+    refusals = {k: v for k, v in r.items() if k.startswith("designer/refusal/")}
+    assert sum(refusals.values()) == 1.0  # v10's reason, as a short key
     assert r["agent/episodes"] == 4.0  # 2 valid games x 2 plays
     assert r["agent/device_episodes"] == 4.0  # v02 (translated): 2 plays + 2 hinted, on device
+    assert r["agent/host_episodes"] == 4.0 and r["agent/device_share"] == 0.5  # v10 on host
+    assert r["agent/solve_rate/new"] == r["agent/solve_rate"]  # every slot is new this step
+    assert r["designer/prompt_seeds_mean"] == 2.0 == r["designer/prompt_library_seeds_mean"]
+    for phase in ("designer_generate", "validate", "hint", "translate", "update"):
+      assert r[f"perf/{phase}_s"] >= 0.0
+    assert r["perf/rollout_device_s"] > 0.0 and r["perf/rollout_host_s"] > 0.0
     assert "agent/solve_rate_hint" in r and np.isfinite(r["train/loss"])
+  assert rows[1]["designer/regret_games/new"] == 4.0  # both epochs' 2 valid games (final flush)
+  assert 0.0 <= rows[1]["designer/regret/new"] <= 2.0 and "perf/eval_s" in rows[1]
   # delayed designer training: samples of step 0 are trained at step 1 (and the final flush)
   assert "designer/trained_samples" not in rows[0]
   assert rows[1]["designer/trained_samples"] == 4.0  # 2 valid at step 0 + 2 flushed (step 1)
@@ -136,7 +161,7 @@ def test_loop_end_to_end(reference_run):
   verdicts = {p.stem: json.loads(p.read_text()) for p in (workdir / "envs").glob("*.json")}
   g = {v["game"]: v for k, v in verdicts.items() if k.startswith("step000000")}
   assert g[0]["valid"] and g[1]["valid"] and not g[2]["valid"] and not g[3]["valid"]
-  assert g[2]["stage"] == "static" and "Env" in g[2]["reason"]
+  assert g[2]["stage"] == "copy" and "library seed" in g[2]["reason"]
   assert g[3]["stage"] == "static" and "os" in g[3]["reason"]
   assert isinstance(g[0]["hint"], str) and "win_rate" in g[0] and "regret" in g[0]
   assert g[0]["translated"] and not g[1]["translated"] and "line" in g[1]["translation_reason"]

@@ -88,3 +88,48 @@ def test_json_resume_round_trip():
   assert len(back) == 5 and back.records[0].step == 4
   with pytest.raises(ValueError, match="max_records"):
     EnvMemory.from_state(state, MemoryConfig(max_records=6))
+
+
+def test_library_seeds_bootstrap_the_prompt_and_stay_apart():
+  from spade_jax.spade import prompts
+  from spade_jax.spade.designer import library_entries, seed_memory
+  from spade_jax.spade.skills import get_skill
+
+  mem = EnvMemory()
+  entries = library_entries("game")
+  assert seed_memory(mem, "game") == len(entries) > 2
+  assert len(mem) == 0 and mem.records == ()  # seeds are not model-written records
+  assert all(r.is_seed and r.origin == "library" for r in mem.seeds)
+  assert [r.source for r in mem.seeds] == [e.source for e in entries]  # whole, not truncated
+  pos, neg = mem.select(MATH, seed=(0, 0, 0, 0))
+  assert len(pos) == 2 and neg is None and all(p.is_seed and p.skill == MATH for p in pos)
+  pos, _ = mem.select(LOGIC, seed=1)  # one Logical Deduction seed; the other from any skill
+  assert len(pos) == 2 and pos[0].skill == LOGIC and pos[1].skill != LOGIC
+  msgs = prompts.designer_messages(get_skill(MATH), seeds=pos)
+  user = msgs[1]["content"]
+  assert "## Example games" in user and user.count("a working library environment") == 2
+  assert all(p.source.rstrip() in user for p in pos)
+  # model-written records in the learning band come first; seeds fill the rest
+  mem.add("model_env", MATH, 0.5, 0.3, 4)
+  mem.add("easy_env", MATH, 0.95, 0.0, 5)
+  pos, neg = mem.select(MATH, seed=2)
+  assert [p.origin for p in pos] == ["model", "library"] and neg.source == "easy_env"
+  assert (
+    "agent win rate 0.50" in prompts.designer_messages(get_skill(MATH), seeds=pos)[1]["content"]
+  )
+  for _ in range(3):
+    mem.add("more", MATH, 0.5, 0.1, 6)
+  assert all(not p.is_seed for p in mem.select(MATH, seed=3)[0])
+  state = json.loads(json.dumps(mem.to_state()))
+  back = EnvMemory.from_state(state)
+  assert back.seeds == mem.seeds and back.records == mem.records
+
+
+def test_is_seed_copy_normalises_whitespace():
+  mem = EnvMemory()
+  mem.add_seed("class AEnv:\n  def reset(self):\n    return 1\n", MATH, name="a")
+  assert mem.is_seed_copy("class  AEnv:\n\n  def reset(self):   \n    return 1").name == "a"
+  assert mem.is_seed_copy("class AEnv:\n  def reset(self):\n    return 2\n") is None
+  assert mem.is_seed_copy("   ") is None
+  mem.add("class AEnv:\n  def reset(self):\n    return 1\n", MATH, 0.5, 0.0, 0)
+  assert mem.is_seed_copy("class BEnv: pass") is None  # model records are not seeds

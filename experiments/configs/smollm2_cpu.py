@@ -26,6 +26,9 @@ def get_config(arg: str = ""):
   c.spade.hint_plays = 4
   c.spade.max_attempts = 2
   c.spade.corpus_words = 200
+  # the first prompts show library environments as worked examples (a 135M model writes
+  # nothing valid from the contract alone); copies of them are rejected at stage "copy"
+  c.spade.library_seeds = True
   c.designer.max_new_tokens = 384
   c.designer.hint_max_new_tokens = 48
   c.designer.max_context = 2048

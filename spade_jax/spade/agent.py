@@ -104,6 +104,7 @@ class AgentPlayer:
     self._instances: dict[int, list] = {}
     self.on_device: set[int] = set()
     self.device_refusals: dict[int, str] = {}
+    self._seconds = {"host": 0.0, "device": 0.0}  # rollout wall time of the current play()
 
   def load(self, games: list[GameEnv | None]) -> None:
     """Replaces the pool: loads ``plays + hint_plays`` sandboxed instances per valid game."""
@@ -127,6 +128,7 @@ class AgentPlayer:
 
   def play(self, *, step: int, seed: int, with_hints: bool, params=None) -> PoolPlays:
     t0 = time.perf_counter()
+    self._seconds = {"host": 0.0, "device": 0.0}
     G, P, H = len(self.games), self.plays, self.hint_plays if with_hints else 0
     episodes = []  # (game, play, hinted)
     for g, game in enumerate(self.games):
@@ -195,7 +197,14 @@ class AgentPlayer:
       "agent/crash_rate": float(crashed_GP.sum() / max(len(episodes), 1)),
       "agent/episodes": float(valid_GP.sum()),
       "agent/device_episodes": float(sum(g in self.on_device for g, _, _ in episodes)),
+      "agent/host_episodes": float(sum(g not in self.on_device for g, _, _ in episodes)),
+      "agent/device_share": float(
+        sum(g in self.on_device for g, _, _ in episodes) / max(len(episodes), 1)
+      ),
+      "agent/device_refused_games": float(len(self.device_refusals)),
       "perf/rollout_s": time.perf_counter() - t0,
+      "perf/rollout_host_s": self._seconds["host"],
+      "perf/rollout_device_s": self._seconds["device"],
     }
     if with_hints:
       metrics["agent/solve_rate_hint"] = float(np.mean(solved_hint)) if solved_hint else 0.0
@@ -269,6 +278,7 @@ class AgentPlayer:
       def first_message(k, obs):
         return prompts.attach_hint(obs, hints[k]) if hints[k] else obs
 
+      t = time.perf_counter()
       res = host_rollout.play(
         self.engine,
         self.tok,
@@ -280,8 +290,10 @@ class AgentPlayer:
         seed=sample_seed,
         params=params,
       )
+      self._seconds["host"] += time.perf_counter() - t
       parts.append((host, res))
     if dev:
+      t = time.perf_counter()
       out = self.device(
         [self.games[episodes[i][0]].program for i in dev],
         [seeds[i] for i in dev],
@@ -290,6 +302,7 @@ class AgentPlayer:
         params=params,
       )
       parts.append((dev, out.episodes(self.tok, self.framing)))
+      self._seconds["device"] += time.perf_counter() - t
     return _merge(len(episodes), parts)
 
 

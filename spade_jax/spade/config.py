@@ -52,6 +52,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.spade.reward = "regret"
   c.spade.reward_scale_cap = 50.0
   c.spade.memory = True
+  # bootstrap the memory with the setting's library environments (game twins / tool library) as
+  # seeds marked "library", so the first designer prompts carry worked examples; the reference
+  # starts from an empty memory (off)
+  c.spade.library_seeds = False
   c.spade.corpus = "default"  # "default" (shipped), "none", or a JSONL path
   c.spade.corpus_words = 6000
   c.spade.translate_seeds = 64  # seeds of the differential check before a translation is used
@@ -173,6 +177,10 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(
     0.0 <= c.designer.multi_instruction <= 1.0,
     f"designer.multi_instruction must be in [0, 1], got {c.designer.multi_instruction}",
+  )
+  need(
+    s.memory or not s.library_seeds,
+    "spade.library_seeds needs spade.memory (the seeds live in the environment memory)",
   )
   need(s.max_attempts > 0, f"spade.max_attempts must be positive, got {s.max_attempts}")
   need(s.reward in VARIANTS, f"spade.reward={s.reward!r}; expected one of {', '.join(VARIANTS)}")

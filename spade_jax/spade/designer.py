@@ -8,6 +8,12 @@ Every attempt is a designer sample (prompt + response tokens, the sampler's log-
 environments then get a hint from the same policy in its hint-writer role (not trained).
 Translation to an ``EnvProgram`` is attempted when a translator is installed; environments
 that do not translate run on the host in the sandbox.
+
+With library seeds in the memory (`seed_memory`), an attempt whose extracted code is a verbatim
+(whitespace-normalised) copy of one is rejected at its own stage, "copy", before the sandbox
+runs; a prompt whose seeds would leave less than ``max_new_tokens`` of ``max_context`` drops
+seeds (last first) until it fits. Stage counts, passes, translation refusals and seeds shown are
+in the metrics (`spade.observe`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 from spade_jax import multihost
 from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.envs.sandbox import validate as validation
-from spade_jax.spade import prompts, tool_prompts
+from spade_jax.spade import observe, prompts, tool_prompts
 from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import get_skill
@@ -118,6 +124,15 @@ class LibraryEntry:
   class_name: str
 
 
+def seed_memory(memory: EnvMemory, kind: str) -> int:
+  """Adds the library environments of ``kind`` ("game" or "tool", `library_entries`) to
+  ``memory`` as library seeds (origin "library"); returns how many."""
+  entries = library_entries(kind)
+  for e in entries:
+    memory.add_seed(e.source, e.skill, name=e.name)
+  return len(entries)
+
+
 def library_entries(kind: str) -> list[LibraryEntry]:
   """The library environments of a kind that may be training environments: the games' Python
   twins, or the tool library, without the held-out ones (`HELDOUT_FAMILIES`,
@@ -198,8 +213,9 @@ class Designer:
     t0 = time.perf_counter()
     games: list[GameEnv | None] = [None] * cfg.num_games
     samples: list[dict] = []
-    timing = {"generate": 0.0, "validate": 0.0, "hint": 0.0}
+    timing = {"generate": 0.0, "validate": 0.0}
     stages: dict[str, int] = {}
+    shown: list[tuple[int, int]] = []  # per prompt: (seeds shown, library seeds shown)
     for attempt in range(cfg.max_attempts):
       todo = [g for g in range(cfg.num_games) if games[g] is None]
       if not todo:
@@ -210,7 +226,13 @@ class Designer:
         if memory is not None and cfg.use_memory:
           seeds, negative = memory.select(skills[g], seed=(seed, gen_step, g, attempt))
         doc = corpus.next() if corpus is not None else None
-        convs.append(self.messages(skills[g], doc, seeds, negative, (seed, gen_step, g, attempt)))
+        key = (seed, gen_step, g, attempt)
+        conv = self.messages(skills[g], doc, seeds, negative, key)
+        while seeds and not self._fits(conv):  # room to write: drop seeds, the last first
+          seeds = seeds[:-1]
+          conv = self.messages(skills[g], doc, seeds, negative, key)
+        shown.append((len(seeds), sum(r.is_seed for r in seeds)))
+        convs.append(conv)
       t = time.perf_counter()
       prompt_ids, out = self._sample(
         convs,
@@ -226,7 +248,8 @@ class Designer:
         resp = out.tokens[k]
         text = self.tok.decode(resp[:-1] if out.finished[k] else resp)
         t = time.perf_counter()
-        report = validation.validate(text, self.validator)
+        report = self._copy_report(text, memory)
+        report = report or validation.validate(text, self.validator)
         if report.valid and report.kind != cfg.kind:
           report.valid, report.stage = False, "static"
           report.reason = (
@@ -272,7 +295,7 @@ class Designer:
           }
         )
     valid = [g for g in games if g is not None]
-    timing["hint"] = self.write_hints(valid, seed=derive_seed(seed, gen_step, 2), params=params)
+    hint_metrics = self.write_hints(valid, seed=derive_seed(seed, gen_step, 2), params=params)
     attempts = len(samples)
     metrics = {
       "designer/valid_rate": len(valid) / cfg.num_games,
@@ -282,14 +305,38 @@ class Designer:
       "designer/response_tokens_mean": float(np.mean([len(s["response"]) for s in samples]))
       if samples
       else 0.0,
+      "designer/prompt_seeds_mean": float(np.mean([n for n, _ in shown])) if shown else 0.0,
+      "designer/prompt_library_seeds_mean": float(np.mean([k for _, k in shown])) if shown else 0.0,
       "perf/designer_generate_s": timing["generate"],
       "perf/validate_s": timing["validate"],
-      "perf/hint_s": timing["hint"],
-      "perf/designer_total_s": time.perf_counter() - t0,
     }
-    for stage, n in stages.items():
-      metrics[f"designer/stage/{stage}"] = float(n)
+    metrics.update(hint_metrics)
+    metrics.update(observe.stage_metrics(stages))
+    metrics["perf/designer_total_s"] = time.perf_counter() - t0
     return games, samples, metrics
+
+  def _fits(self, conv) -> bool:
+    """Whether a designer prompt leaves ``max_new_tokens`` of ``max_context`` to write in."""
+    n = len(self.tok.apply_chat_template(conv))
+    return n + self.cfg.max_new_tokens <= self.max_context
+
+  def _copy_report(self, text: str, memory: EnvMemory | None):
+    """A failed report at stage "copy" when the extracted code repeats a library seed of
+    ``memory`` verbatim (whitespace-normalised), else None."""
+    if memory is None or not memory.seeds:
+      return None
+    source = validation.extract_code(text)
+    seed = memory.is_seed_copy(source)
+    if seed is None:
+      return None
+    return validation.ValidationReport(
+      valid=False,
+      stage="copy",
+      reason=f"a verbatim copy of the library seed environment {seed.name or seed.skill!r}",
+      timings={},
+      seeds=list(self.validator.seeds),
+      source=source,
+    )
 
   def messages(self, skill: str, document, seeds, negative, key: tuple) -> list[dict]:
     """The designer prompt of one attempt (``key``: run seed, step, game, attempt)."""
@@ -328,11 +375,13 @@ class Designer:
       lo, hi = (mid, hi) if len(self.tok.apply_chat_template(cut)) <= budget else (lo, mid)
     return build("\n".join(lines[:lo]) + "\n# ... (the rest of the source is cut)")
 
-  def write_hints(self, games: list[GameEnv], *, seed: int, params=None) -> float:
+  def write_hints(self, games: list[GameEnv], *, seed: int, params=None) -> dict:
     """Fills ``g.hint`` (hint-writer role, not trained) and the translation status of each
-    game; returns the seconds spent."""
+    game; returns metrics: ``perf/hint_s`` (hint sampling), ``perf/translate_s`` (translation
+    and its differential check) and ``designer/refusal/<reason>`` counts of the games the
+    translator refused."""
     if not games:
-      return 0.0
+      return {"perf/hint_s": 0.0, "perf/translate_s": 0.0}
     cfg = self.cfg
     t = time.perf_counter()
     _, out = self._sample(
@@ -344,9 +393,11 @@ class Designer:
       seed=seed,
       params=params,
     )
+    hint_s, translate_s = time.perf_counter() - t, 0.0
     for k, g in enumerate(games):
       resp = out.tokens[k]
       g.hint = prompts.parse_hint(self.tok.decode(resp[:-1] if out.finished[k] else resp))
+      t = time.perf_counter()
       if g.kind == "tool":
         tr = {"translated": False, "translation_reason": "tool environments run on the host"}
       else:
@@ -354,16 +405,20 @@ class Designer:
       g.translated = bool(tr.get("translated", False))
       g.translation_reason = str(tr.get("translation_reason", ""))
       g.program = tr.get("program")
+      translate_s += time.perf_counter() - t
       self.update_record(
         g.file, hint=g.hint, translated=g.translated, translation_reason=g.translation_reason
       )
-    return time.perf_counter() - t
+    metrics = {"perf/hint_s": hint_s, "perf/translate_s": translate_s}
+    metrics.update(observe.refusal_metrics(g.translation_reason for g in games if not g.translated))
+    return metrics
 
   def library_pool(
     self, *, gen_step: int, skills: list[str], seed: int, params=None
-  ) -> list[GameEnv]:
+  ) -> tuple[list[GameEnv], dict]:
     """The seed pool: library environments (trusted, still run in the sandbox) of the setting,
-    one per game slot, preferring one of the slot's skill; hints by the policy's hint writer."""
+    one per game slot, preferring one of the slot's skill; hints by the policy's hint writer.
+    Returns ``(games, metrics)`` (`write_hints`'s metrics)."""
     entries = library_entries(self.cfg.kind)
     games = []
     for g, skill in enumerate(skills):
@@ -399,8 +454,8 @@ class Designer:
           kind=self.cfg.kind,
         )
       )
-    seconds = self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
-    return games, seconds
+    metrics = self.write_hints(games, seed=derive_seed(seed, gen_step, 3), params=params)
+    return games, metrics
 
   def _record(self, name: str, text: str) -> None:
     if self.writes:

@@ -6,6 +6,10 @@ regeneration step); the epochs whose delay has elapsed get their designer reward
 whole window; one GRPO update trains on designer samples first, then agent samples. All seeds
 derive from ``(config.seed, step, ...)``, and every piece of host state (pool sources, memory,
 trackers, delayed buffer, corpus sampler) is serialised with the checkpoint.
+
+Each slot of the pool has a source (new: written by the designer this epoch; carried: the
+previous pool replayed; library: the seed pool); solve rates and regret are also reported by
+source (`spade.observe`), and ``perf/update_s`` is the update's wall time to its results.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import jax
 import numpy as np
 
 from spade_jax import multihost, trajectories
-from spade_jax.spade import rewards, skills
+from spade_jax.spade import observe, rewards, skills
 from spade_jax.spade.agent import AgentPlayer
 from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.delayed import DelayedDesignerBuffer
@@ -57,6 +62,8 @@ class SpadeLoop:
     )
     self.tracker = rewards.LPTracker.create()
     self.games: list[GameEnv | None] = [None] * cfg.num_games
+    self.source_G: list[float] = [-1.0] * cfg.num_games  # POOL_* per slot (-1: empty)
+    self.epoch_sources: dict[int, list[float]] = {}  # gen_step -> source_G, until trained
     n_agent = cfg.num_games * cfg.plays
     self.scale = rewards.reward_scale(
       n_agent, cfg.num_games, cfg.regen_interval, cfg.reward.scale_cap
@@ -72,6 +79,7 @@ class SpadeLoop:
       metrics.update(self._regenerate(step, state.params))
     plays = self.player.play(step=step, seed=cfg.seed, with_hints=offset == 0, params=state.params)
     metrics.update(plays.metrics)
+    metrics.update(observe.solve_by_source(plays.returns_GP, plays.valid_GP, self.source_G))
     self.buffer.record_plays(step, plays.returns_GP, plays.valid_GP, plays.crashed_G)
     if offset == 0:
       self.buffer.record_hint_plays(
@@ -92,6 +100,8 @@ class SpadeLoop:
     t = time.perf_counter()
     state, device_metrics = self.update(state, batch)
     metrics["perf/update_dispatch_s"] = time.perf_counter() - t
+    jax.block_until_ready(device_metrics)
+    metrics["perf/update_s"] = time.perf_counter() - t
     metrics["perf/host_step_s"] = time.perf_counter() - t0
     tokens = float(np.asarray(batch.loss_mask_BT).sum())
     metrics["train/batch_loss_tokens"] = tokens
@@ -118,11 +128,14 @@ class SpadeLoop:
     elif any(g is not None for g in self.games):
       source = POOL_CARRIED  # nothing validated: the agent replays the previous pool
     else:
-      self.games, metrics["perf/hint_s"] = self.designer.library_pool(
+      self.games, lib_metrics = self.designer.library_pool(
         gen_step=step, skills=names, seed=cfg.seed, params=params
       )
+      metrics.update({k: v for k, v in lib_metrics.items() if k.startswith("perf/")})
       source = POOL_LIBRARY
     metrics["agent/pool_source"] = source
+    self.source_G = [-1.0 if g is None else source for g in self.games]
+    self.epoch_sources[step] = list(self.source_G)
     self.player.load(self.games)
     return metrics
 
@@ -130,8 +143,11 @@ class SpadeLoop:
     if not due:
       return None, {}
     toks, masks, lps, rew, adv, groups = [], [], [], [], [], []
-    regrets, raws, wins = [], [], []
+    regrets, raws, wins, by_source = [], [], [], []
     for epoch in due:
+      sources = self.epoch_sources.pop(epoch.gen_step, None)
+      if sources is not None:
+        by_source.append(observe.regret_by_source(epoch.window, sources))
       out = epoch.rewards(self.tracker, self.scale, self.cfg.reward)
       self.tracker = out.tracker
       reward_G, raw_G, regret_G, win_G = (
@@ -175,6 +191,7 @@ class SpadeLoop:
       "designer/pool_win_rate": float(np.mean(wins)) if wins else 0.0,
       "designer/trained_samples": float(len(toks)),
     }
+    metrics.update(observe.merge_by_source(by_source))
     if not toks:
       return None, metrics
     batch = trajectories.from_sequences(
@@ -196,6 +213,8 @@ class SpadeLoop:
       "tracker": self.tracker.to_state(),
       "memory": None if self.memory is None else self.memory.to_state(),
       "corpus": None if self.corpus is None else self.corpus.to_state(),
+      "source_G": list(self.source_G),
+      "epoch_sources": {str(k): v for k, v in self.epoch_sources.items()},
     }
 
   def load_host_state(self, state: dict) -> None:
@@ -206,6 +225,8 @@ class SpadeLoop:
       self.memory = EnvMemory.from_state(state["memory"], self.memory.config)
     if self.corpus is not None and state.get("corpus") is not None:
       self.corpus = CorpusSampler.from_state(self.corpus.documents, state["corpus"])
+    self.source_G = list(state.get("source_G", self.source_G))
+    self.epoch_sources = {int(k): v for k, v in state.get("epoch_sources", {}).items()}
     self.player.load(self.games)
 
 

@@ -9,6 +9,13 @@ most 200 records. When the designer writes a new game for a skill it is shown
 * at most 1 **negative**: a record the agent found trivial (win rate > 0.9) or hopeless
   (< 0.1), labelled "avoid". Same skill when one exists, otherwise any skill.
 
+**Library seeds** (optional, `add_seed`): environments of the shipped library (the game twins,
+the tool library) kept apart from the model-written records, never evicted, never counted in
+``len(memory)``, never a negative and shown whole (not truncated). They bootstrap an empty memory:
+a prompt's positive seeds are model-written candidates first, and the remaining slots are filled
+with library seeds of the same skill, then of other skills. ``is_seed_copy`` tells a
+designer output that only repeats a seed (whitespace-normalised equality).
+
 Sampling is seeded and stateless: the caller passes a seed derived from (run seed, step, game,
 attempt), so a resumed run draws the same seeds as an uninterrupted one and only the records
 themselves are persisted (:meth:`EnvMemory.to_state` / :meth:`EnvMemory.from_state`, plain JSON).
@@ -43,6 +50,9 @@ class MemoryConfig:
       raise ValueError(f"MemoryConfig.seed_band={self.seed_band} must satisfy 0 <= lo <= hi <= 1")
 
 
+ORIGIN_MODEL, ORIGIN_LIBRARY = "model", "library"
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvRecord:
   source: str
@@ -50,11 +60,22 @@ class EnvRecord:
   win_rate: float
   regret: float
   step: int
+  origin: str = ORIGIN_MODEL  # "model": written by the designer; "library": a library seed
+  name: str = ""  # a library seed's environment name
+
+  @property
+  def is_seed(self) -> bool:
+    return self.origin == ORIGIN_LIBRARY
 
   @property
   def too_easy_or_hard(self) -> str:
     """'too easy' / 'too hard' label for a negative example (by win rate at the midpoint)."""
     return "too easy" if self.win_rate >= 0.5 else "too hard"
+
+
+def normalise_source(source: str) -> str:
+  """A source with every run of whitespace made one space (what a verbatim copy keeps)."""
+  return " ".join(source.split())
 
 
 def _rng(seed: int | Sequence[int]) -> np.random.Generator:
@@ -70,9 +91,42 @@ class EnvMemory:
   def __init__(self, config: MemoryConfig = MemoryConfig()):
     self.config = config
     self._records: collections.deque[EnvRecord] = collections.deque(maxlen=config.max_records)
+    self._seeds: list[EnvRecord] = []
 
   def __len__(self) -> int:
+    """The number of model-written records (library seeds are not counted)."""
     return len(self._records)
+
+  @property
+  def seeds(self) -> tuple[EnvRecord, ...]:
+    """The library seeds, in the order they were added."""
+    return tuple(self._seeds)
+
+  def add_seed(self, source: str, skill: str, name: str = "") -> EnvRecord:
+    """Stores a library environment as a seed (whole source; origin "library")."""
+    rec = EnvRecord(
+      source=source,
+      skill=str(skill),
+      win_rate=0.0,
+      regret=0.0,
+      step=-1,
+      origin=ORIGIN_LIBRARY,
+      name=str(name),
+    )
+    self._seeds.append(rec)
+    return rec
+
+  def seed_candidates(self, skill: str) -> tuple[list[EnvRecord], list[EnvRecord]]:
+    """``(same, other)``: the library seeds of ``skill`` and those of the other skills."""
+    same = [r for r in self._seeds if r.skill == skill]
+    return same, [r for r in self._seeds if r.skill != skill]
+
+  def is_seed_copy(self, source: str) -> EnvRecord | None:
+    """The library seed ``source`` repeats verbatim (whitespace-normalised), or None."""
+    text = normalise_source(source)
+    if not text:
+      return None
+    return next((r for r in self._seeds if normalise_source(r.source) == text), None)
 
   @property
   def records(self) -> tuple[EnvRecord, ...]:
@@ -115,21 +169,29 @@ class EnvMemory:
     self, skill: str, seed: int | Sequence[int]
   ) -> tuple[tuple[EnvRecord, ...], EnvRecord | None]:
     """``(positives, negative)`` for a designer prompt of ``skill``: up to ``num_seeds``
-    positives sampled without replacement from the top candidates (returned in regret order)
-    and at most one negative, all drawn from a generator seeded by ``seed``."""
+    positives sampled without replacement from the top candidates (returned in regret order),
+    slots left over filled with library seeds (`seed_candidates`: the skill's, then the other
+    skills', sampled the same way), and at most one negative (model-written only), all drawn from a
+    generator seeded by ``seed``."""
     rng = _rng(seed)
     pos = self.positive_candidates(skill)
     n = min(self.config.num_seeds, len(pos))
     picked = sorted(rng.choice(len(pos), size=n, replace=False).tolist()) if n else []
     negs = self.negative_candidates(skill)
     negative = negs[int(rng.integers(len(negs)))] if negs else None
-    return tuple(pos[i] for i in picked), negative
+    chosen = [pos[i] for i in picked]
+    for lib in self.seed_candidates(skill) if self._seeds else ():
+      m = min(self.config.num_seeds - len(chosen), len(lib))
+      if m > 0:
+        chosen += [lib[i] for i in sorted(rng.choice(len(lib), size=m, replace=False).tolist())]
+    return tuple(chosen), negative
 
   def to_state(self) -> dict:
-    """JSON-serialisable snapshot (records oldest first)."""
+    """JSON-serialisable snapshot (records oldest first, then the library seeds)."""
     return {
       "max_records": self.config.max_records,
       "records": [dataclasses.asdict(r) for r in self._records],
+      "seeds": [dataclasses.asdict(r) for r in self._seeds],
     }
 
   @classmethod
@@ -142,4 +204,5 @@ class EnvMemory:
     mem = cls(config)
     for r in state["records"]:
       mem._records.append(EnvRecord(**r))
+    mem._seeds = [EnvRecord(**r) for r in state.get("seeds", [])]
     return mem

@@ -73,12 +73,34 @@ def env_block(rec: EnvRecord) -> str:
   return f"```python\n{rec.source.rstrip()}\n```"
 
 
+def _example_label(rec: EnvRecord) -> str:
+  if rec.is_seed:
+    return "a working library environment"
+  return f"agent win rate {rec.win_rate:.2f}, hint regret {rec.regret:.2f}"
+
+
 def memory_examples(seeds: Sequence[EnvRecord]) -> str:
-  """Memory seeds as numbered examples with their win rate and regret (both settings)."""
+  """Memory seeds as numbered examples with their win rate and regret (both settings); a
+  library seed is labelled as such."""
   return "\n\n".join(
-    f"Example {i + 1} (agent win rate {r.win_rate:.2f}, hint regret {r.regret:.2f}):\n"
-    + env_block(r)
-    for i, r in enumerate(seeds)
+    f"Example {i + 1} ({_example_label(r)}):\n" + env_block(r) for i, r in enumerate(seeds)
+  )
+
+
+def library_examples_section(seeds: Sequence[EnvRecord], noun: str) -> str:
+  """The prompt section of memory seeds that include library seeds (``noun``: "game" or
+  "environment"): worked examples of the contract, not records of the agent's learning zone."""
+  earlier = any(not r.is_seed for r in seeds)
+  return (
+    f"## Example {noun}s\n\n"
+    f"These {noun}s meet every rule above"
+    + (
+      " (the ones with a win rate were written earlier and sat at the edge of the agent's ability)"
+      if earlier
+      else ""
+    )
+    + f". Write a new {noun} for this skill with its own task; do not copy them.\n\n"
+    + memory_examples(seeds)
   )
 
 
@@ -93,7 +115,8 @@ def designer_messages(
 
   document: optional grounding text, placed in ``<REFERENCE_DOCUMENT>`` tags; the game must use a
     concept from it without mentioning it.
-  seeds: up to 2 earlier environments from memory with high regret in the learnable band.
+  seeds: up to 2 earlier environments from memory with high regret in the learnable band, or
+    library seeds (`EnvMemory.add_seed`) while the memory has too few of those.
   negative: at most 1 environment to steer away from (too easy or too hard).
   """
   if len(seeds) > 2:
@@ -113,7 +136,9 @@ def designer_messages(
       "Build the game's central mechanic on a concept taken from this document. The player "
       "never sees the document: do not mention, quote or refer to it in the game's text."
     )
-  if seeds:
+  if seeds and any(r.is_seed for r in seeds):
+    parts.append(library_examples_section(seeds, "game"))
+  elif seeds:
     shown = memory_examples(seeds)
     parts.append(
       "## Earlier games that taught well\n\n"

@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spade_jax.spade.memory import EnvRecord
-from spade_jax.spade.prompts import OUTPUT_FORMAT, bullets, env_block, memory_examples
+from spade_jax.spade.prompts import (
+  OUTPUT_FORMAT,
+  bullets,
+  env_block,
+  library_examples_section,
+  memory_examples,
+)
 from spade_jax.spade.skills import Skill
 
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -159,7 +165,9 @@ def tool_designer_messages(
       "The assistant never sees the document: the request and tool results must not mention, "
       "quote or refer to it."
     )
-  if seeds:
+  if seeds and any(r.is_seed for r in seeds):
+    parts.append(library_examples_section(seeds, "environment"))
+  elif seeds:
     shown = memory_examples(seeds)
     parts.append(
       "## Earlier environments that taught well\n\n"
