@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ml_collections
 
+from spade_jax.models.config import ATTENTION_IMPLS
 from spade_jax.rl.optimizer import SCHEDULES
 from spade_jax.spade import rewards
 from spade_jax.spade.config import loss_problems
@@ -47,6 +48,7 @@ def tiny_config() -> ml_collections.ConfigDict:
   c.model.mlp_dim = 384
   c.model.rope_theta = 10000.0
   c.model.tie_embeddings = True
+  c.model.attention_impl = "reference"  # as the main config's model.attention_impl
 
   c.spade = ml_collections.ConfigDict()
   c.spade.reward = "blend"  # one of spade.rewards.VARIANTS (blend: the released recipe)
@@ -145,6 +147,10 @@ def check_tiny_config(c) -> None:
     "spade.plateau must be 4 win rates lo < top_lo <= top_hi < hi in [0, 1]",
   )
   need(c.steps > 0, "steps must be positive")
+  need(
+    c.model.attention_impl in ATTENTION_IMPLS,
+    f"model.attention_impl must be one of {ATTENTION_IMPLS}",
+  )
   for k in ("num_games", "plays", "regen_interval"):
     need(c.spade[k] > 0, f"spade.{k} must be positive")
   need(0 < c.spade.hint_plays <= c.spade.plays, "spade.hint_plays must be in [1, spade.plays]")
@@ -208,6 +214,7 @@ class ModelSection:
   mlp_dim: int
   rope_theta: float
   tie_embeddings: bool
+  attention_impl: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,6 +47,7 @@ def model_config(config: TinyRunConfig, vocab_size: int) -> TransformerConfig:
     tie_embeddings=m.tie_embeddings,
     max_position=4096,
     model_type="qwen3",
+    attention_impl=m.attention_impl,
   )
 
 
