@@ -154,18 +154,40 @@ def test_invalid_value_is_a_config_error():
   assert "\n" not in str(e.value)
 
 
+_HF = {
+  "model_type": "qwen3",
+  "vocab_size": 97,
+  "hidden_size": 32,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 6,
+  "num_key_value_heads": 2,
+  "head_dim": 8,
+  "intermediate_size": 48,
+}
+
+
 def test_hf_config_override_and_round_trip():
-  hf = {
-    "model_type": "qwen3",
-    "vocab_size": 97,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "head_dim": 8,
-    "intermediate_size": 48,
-  }
-  cfg = from_hf_config(hf, attention_impl="xla")
+  cfg = from_hf_config(_HF, attention_impl="xla")
   assert cfg.attention_impl == "xla"
   assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
-  assert from_hf_config(hf).attention_impl == "reference"
+  assert from_hf_config(_HF).attention_impl == "reference"
+
+
+def test_run_config_reaches_the_model_config(monkeypatch):
+  """``--config.model.attention_impl=xla`` reaches `load_pretrained` through `load_policy`."""
+  import types
+
+  from spade_jax import models, runner, tokenizer
+
+  seen = {}
+
+  def fake_load(path, **kw):
+    seen.update(kw)
+    return None, from_hf_config(_HF, attention_impl=kw["attention_impl"])
+
+  monkeypatch.setattr(models, "load_pretrained", fake_load)
+  monkeypatch.setattr(tokenizer, "load_tokenizer", lambda path: types.SimpleNamespace(vocab_size=5))
+  c = base_config()
+  c.model.attention_impl = "xla"
+  _, cfg, _ = runner.load_policy(c, None)
+  assert seen["attention_impl"] == "xla" and cfg.attention_impl == "xla"
