@@ -489,6 +489,9 @@ def analytic(config, programs: Programs, shapes: Shapes) -> dict[str, dict[str, 
   logits = sb * cfg.vocab_size * 4 * 3
   sampler = {
     "params": params,
+    # the decode loop and the prefill gather every layer's float32 weights (XLA hoists the
+    # FSDP all-gather out of the loop over layers / steps: measured, BUILD_NOTES)
+    "gathered_weights": cfg.num_params * 4 // tp,
     "kv_cache": kv,
     "slots": slots,
     "logits": logits,
@@ -626,6 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="python -m spade_jax.plan", description=__doc__.split("\n")[0])
   p.add_argument("--config", required=True, help="experiment config file[:arg]")
   p.add_argument("--mesh", required=True, help="name=size pairs, e.g. data=1,fsdp=8,tensor=1")
+  p.add_argument("--devices", type=int, default=0, help="the target's chips (checks --mesh)")
   p.add_argument("--micro_batches", type=int, default=0, help="default: train.micro_batches")
   p.add_argument("--seq", type=int, default=0, help="update length (default: the config's)")
   p.add_argument("--batch", type=int, default=0, help="update batch (default: global_batch)")
@@ -649,13 +653,16 @@ def main(argv: list[str] | None = None) -> int:
   try:
     args = parser.parse_args(argv)
     mesh_sizes = parse_mesh(args.mesh)
-    for name in ("micro_batches", "seq", "batch", "sample_batch", "context", "prompt"):
+    n = math.prod(mesh_sizes.values())
+    if args.devices and args.devices != n:
+      raise PlanError(f"--mesh {args.mesh} has {n} devices, --devices says {args.devices}")
+    for name in ("devices", "micro_batches", "seq", "batch", "sample_batch", "context", "prompt"):
       if getattr(args, name) < 0:
         raise PlanError(f"--{name} must be positive")
     if args.hbm is not None and args.hbm <= 0:
       raise PlanError("--hbm must be positive")
     if "jax" not in sys.modules:
-      set_device_count(math.prod(mesh_sizes.values()))
+      set_device_count(n)
     from spade_jax import xla_cpu
 
     xla_cpu.pin_isa()
