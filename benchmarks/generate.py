@@ -2,8 +2,10 @@
 
 For each model (the tiny Qwen3 config of issue 3, SmolLM2-135M from its GGUF) and batch size,
 both engines get the same weights (ours exported with ``save_pretrained`` and loaded by
-transformers) and the same random prompts (all ``--prompt`` tokens long), and decode greedily
-for exactly ``--new`` tokens (no stop token). Measured, repetition by repetition in alternation
+transformers) and the same random prompts (all ``--prompt`` tokens long), and decode exactly
+``--new`` tokens (no stop token) in each of ``--modes``: ``greedy``; ``top_p`` (temperature 1,
+top-p 0.95, top-k off: transformers is passed ``top_k=0``, its default would add top-k 50);
+``spade`` (temperature 0.6, top-p 0.95, top-k 20, what SPADE samples with). Measured, repetition by repetition in alternation
 so machine load hits both alike:
 
 * prefill tokens/s: ``batch * prompt / t`` where ``t`` is our ``Engine.init`` (prefill into a
@@ -15,6 +17,7 @@ Compilation is excluded (one warm-up run first; its time is reported). Prints on
 with medians and ``jax / torch`` ratios. Example::
 
   python benchmarks/generate.py --models tiny,smollm2 --batches 16,64 --reps 3
+  python benchmarks/generate.py --models tiny --batches 16,64 --modes greedy,top_p,spade
 """
 
 from __future__ import annotations
@@ -84,7 +87,21 @@ def bench_jax(engine, prompts, new, sampling):
   return t1 - t0, t2 - t1, tokens
 
 
-def bench_torch(hf, prompts, new):
+MODES = {
+  "greedy": dict(greedy=True),
+  "top_p": dict(temperature=1.0, top_p=0.95, top_k=0),
+  "spade": dict(temperature=0.6, top_p=0.95, top_k=20),
+}
+
+
+def torch_kwargs(mode: str) -> dict:
+  kw = MODES[mode]
+  if kw.get("greedy"):
+    return dict(do_sample=False)
+  return dict(do_sample=True, temperature=kw["temperature"], top_p=kw["top_p"], top_k=kw["top_k"])
+
+
+def bench_torch(hf, prompts, new, mode="greedy"):
   import torch
 
   ids = torch.tensor(np.asarray(prompts), dtype=torch.long)
@@ -98,12 +115,61 @@ def bench_torch(hf, prompts, new):
       attention_mask=mask,
       max_new_tokens=new,
       min_new_tokens=new,
-      do_sample=False,
+      **torch_kwargs(mode),
       eos_token_id=None,
       pad_token_id=0,
     )
     t2 = time.perf_counter()
   return t1 - t0, (t2 - t1) - (t1 - t0), out[:, ids.shape[1] :].numpy()
+
+
+def bench_case(args, name, cfg, engine, hf, batch, mode):
+  """One (model, batch, mode) row: medians of ``--reps`` interleaved jax / torch runs."""
+  from spade_jax.engine.generate import SamplingParams, compilation_count
+
+  rng = np.random.default_rng(batch)
+  prompts = rng.integers(0, cfg.vocab_size, (batch, args.prompt))
+  sampling = SamplingParams.make(batch, **MODES[mode])
+  t0 = time.perf_counter()
+  bench_jax(engine, prompts, args.new, sampling)
+  compile_s = time.perf_counter() - t0
+  traces = compilation_count()
+  jp, jd, tp, td = [], [], [], []
+  agree = None
+  load_start = os.getloadavg()[0]
+  for _ in range(args.reps):
+    pre, dec, ours = bench_jax(engine, prompts, args.new, sampling)
+    jp.append(batch * args.prompt / pre)
+    jd.append(batch * args.new / dec)
+    if hf is not None:
+      pre, dec, theirs = bench_torch(hf, prompts, args.new, mode)
+      tp.append(batch * args.prompt / pre)
+      td.append(batch * args.new / dec)
+      agree = float(np.mean(ours == theirs))
+  row = dict(
+    model=name,
+    batch=batch,
+    mode=mode,
+    prompt=args.prompt,
+    new=args.new,
+    jax_dtype=args.dtype,
+    jax_compile_s=round(compile_s, 2),
+    jax_retraces_after_warmup=compilation_count() - traces,
+    jax_prefill_tok_s=round(statistics.median(jp), 1),
+    jax_decode_tok_s=round(statistics.median(jd), 1),
+    load_avg_1m=[round(load_start, 2), round(os.getloadavg()[0], 2)],
+  )
+  if hf is not None:
+    row.update(
+      torch_dtype=args.torch_dtype,
+      torch_prefill_tok_s=round(statistics.median(tp), 1),
+      torch_decode_tok_s=round(statistics.median(td), 1),
+      prefill_ratio=round(statistics.median(jp) / statistics.median(tp), 2),
+      decode_ratio=round(statistics.median(jd) / statistics.median(td), 2),
+    )
+    if mode == "greedy":
+      row["greedy_token_agreement"] = round(agree, 4)
+  return row
 
 
 def main():
@@ -113,6 +179,7 @@ def main():
   ap.add_argument("--prompt", type=int, default=64)
   ap.add_argument("--new", type=int, default=128)
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--modes", default="greedy", help="comma list of " + " | ".join(MODES))
   ap.add_argument("--dtype", default="float32", help="JAX params/compute dtype")
   ap.add_argument("--torch-dtype", default="float32")
   ap.add_argument("--torch-threads", type=int, default=os.cpu_count(), help="default: cores")
@@ -121,7 +188,7 @@ def main():
 
   import torch
 
-  from spade_jax.engine.generate import Engine, SamplingParams, compilation_count
+  from spade_jax.engine.generate import Engine
 
   torch.set_num_threads(args.torch_threads)
   dtype = jnp.dtype(args.dtype)
@@ -132,48 +199,9 @@ def main():
     hf = None if args.no_torch else torch_model(model, cfg, tdtype)
     engine = Engine(model)
     for batch in (int(b) for b in args.batches.split(",")):
-      rng = np.random.default_rng(batch)
-      prompts = rng.integers(0, cfg.vocab_size, (batch, args.prompt))
-      sampling = SamplingParams.make(batch, greedy=True)
-      t0 = time.perf_counter()
-      bench_jax(engine, prompts, args.new, sampling)
-      compile_s = time.perf_counter() - t0
-      traces = compilation_count()
-      jp, jd, tp, td = [], [], [], []
-      agree = None
-      load_start = os.getloadavg()[0]
-      for _ in range(args.reps):
-        pre, dec, ours = bench_jax(engine, prompts, args.new, sampling)
-        jp.append(batch * args.prompt / pre)
-        jd.append(batch * args.new / dec)
-        if hf is not None:
-          pre, dec, theirs = bench_torch(hf, prompts, args.new)
-          tp.append(batch * args.prompt / pre)
-          td.append(batch * args.new / dec)
-          agree = float(np.mean(ours == theirs))
-      row = dict(
-        model=name,
-        batch=batch,
-        prompt=args.prompt,
-        new=args.new,
-        jax_dtype=args.dtype,
-        jax_compile_s=round(compile_s, 2),
-        jax_retraces_after_warmup=compilation_count() - traces,
-        jax_prefill_tok_s=round(statistics.median(jp), 1),
-        jax_decode_tok_s=round(statistics.median(jd), 1),
-        load_avg_1m=[round(load_start, 2), round(os.getloadavg()[0], 2)],
-      )
-      if hf is not None:
-        row.update(
-          torch_dtype=args.torch_dtype,
-          torch_prefill_tok_s=round(statistics.median(tp), 1),
-          torch_decode_tok_s=round(statistics.median(td), 1),
-          prefill_ratio=round(statistics.median(jp) / statistics.median(tp), 2),
-          decode_ratio=round(statistics.median(jd) / statistics.median(td), 2),
-          greedy_token_agreement=round(agree, 4),
-        )
-      results.append(row)
-      print(json.dumps(row), flush=True)
+      for mode in args.modes.split(","):
+        results.append(bench_case(args, name, cfg, engine, hf, batch, mode))
+        print(json.dumps(results[-1]), flush=True)
   out = dict(
     benchmark="generate",
     cpu_count=os.cpu_count(),

@@ -103,31 +103,152 @@ def token_logprobs(logits_BV, token_B, sampling: SamplingParams) -> jax.Array:
   return jnp.take_along_axis(logp_BV, token_B[:, None].astype(jnp.int32), axis=-1)[:, 0]
 
 
-def _truncated_choice(key, scaled_BV, sampling: SamplingParams) -> jax.Array:
-  """Samples with top-k, then top-p, then min-p, in the space of tokens sorted by logit."""
+# Candidates taken by ``lax.top_k`` before any search over the whole vocabulary: enough for
+# SPADE's top-k 20 and for a peaked distribution's top-p set.
+CANDIDATES = 64
+
+
+def _order_key(x_BV) -> jax.Array:
+  """uint32 keys ordered as the float32 values (``-0.0`` counted as ``+0.0``)."""
+  x_BV = jnp.where(x_BV == 0, jnp.zeros_like(x_BV), x_BV).astype(_F32)
+  bits = jax.lax.bitcast_convert_type(x_BV, jnp.uint32)
+  return jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(0x80000000))
+
+
+def _prefix_keep(key_BV, w_BV, budget_B) -> jax.Array:
+  """Tokens whose weight *before* them is < ``budget_B``, in the order value down, id up.
+
+  "Weight before" is the sum of ``w_BV`` over the tokens ahead in that order (a sort's
+  exclusive cumulative sum), found without sorting: a bisection over the 2**32 value keys for
+  the smallest key ``v`` with ``sum(w[key > v]) < budget`` (32 masked sums per row; every
+  token above ``v`` is kept, every token below it dropped), then the tokens tied at ``v`` in
+  id order. ``w`` = 1 and ``budget`` = k is top-k; ``w`` = probabilities and ``budget`` = p
+  is top-p. ``w`` must be >= 0 and ``budget`` > 0.
+  """
+  zero = jnp.zeros((), w_BV.dtype)
+
+  def mass_above(v_B):
+    return jnp.sum(jnp.where(key_BV > v_B[:, None], w_BV, zero), axis=-1)
+
+  def halve(_, lohi):
+    lo_B, hi_B = lohi
+    mid_B = lo_B + ((hi_B - lo_B) >> 1)
+    ok_B = mass_above(mid_B) < budget_B
+    return jnp.where(ok_B, lo_B, mid_B + 1), jnp.where(ok_B, mid_B, hi_B)
+
+  lohi = (jnp.min(key_BV, axis=-1), jnp.max(key_BV, axis=-1))
+  _, v_B = jax.lax.fori_loop(0, 32, halve, lohi)
+  above_BV = key_BV > v_B[:, None]
+  tie_BV = key_BV == v_B[:, None]
+  before_B = mass_above(v_B)
+
+  def tie_order():  # exclusive cumulative weight among the tied tokens, by id
+    w_tie_BV = jnp.where(tie_BV, w_BV, zero)
+    return jnp.cumsum(w_tie_BV, axis=-1) - w_tie_BV
+
+  several = jnp.any(jnp.sum(tie_BV, axis=-1) > 1)
+  tie_before_BV = jax.lax.cond(several, tie_order, lambda: jnp.zeros_like(w_BV))
+  return above_BV | (tie_BV & (before_B[:, None] + tie_before_BV < budget_B[:, None]))
+
+
+def _keep_by_search(scaled_BV, sampling: SamplingParams) -> jax.Array:
+  """The kept set (module doc) of every sequence over the whole vocabulary, by threshold search
+  (:func:`_prefix_keep`), for sequences whose set may not lie in the top ``CANDIDATES``."""
   B, V = scaled_BV.shape
-  iota_BV = jnp.broadcast_to(jnp.arange(V, dtype=jnp.int32), (B, V))
-  neg_BV, perm_BV = jax.lax.sort((-scaled_BV, iota_BV), dimension=1, num_keys=1, is_stable=True)
-  sorted_BV = -neg_BV
-  rank_V = jnp.arange(V, dtype=jnp.int32)
-  k_B = jnp.where(sampling.top_k_B > 0, jnp.minimum(sampling.top_k_B, V), V)
-  keep_BV = rank_V[None] < k_B[:, None]
-  probs_BV = jax.nn.softmax(jnp.where(keep_BV, sorted_BV, -jnp.inf), axis=-1)
-  mass_before_BV = jnp.cumsum(probs_BV, axis=-1) - probs_BV
+  key_BV = _order_key(scaled_BV)
+  k_on_B = (sampling.top_k_B > 0) & (sampling.top_k_B < V)
+  everything = jnp.ones((B, V), bool)
+  keep_BV = jax.lax.cond(
+    jnp.any(k_on_B),
+    lambda: (
+      _prefix_keep(key_BV, jnp.ones((B, V), _F32), sampling.top_k_B.astype(_F32)) | ~k_on_B[:, None]
+    ),
+    lambda: everything,
+  )
+  probs_BV = jax.nn.softmax(jnp.where(keep_BV, scaled_BV, -jnp.inf), axis=-1)
+  p_on_B = sampling.top_p_B < 1.0
+  keep_BV &= jax.lax.cond(
+    jnp.any(p_on_B),
+    lambda: _prefix_keep(key_BV, probs_BV, sampling.top_p_B) | ~p_on_B[:, None],
+    lambda: everything,
+  )
+  keep_BV &= probs_BV >= sampling.min_p_B[:, None] * jnp.max(probs_BV, axis=-1, keepdims=True)
+  best_B = jnp.argmax(scaled_BV, axis=-1)
+  return keep_BV | (jnp.arange(V, dtype=best_B.dtype)[None] == best_B[:, None])
+
+
+def _keep_in_candidates(scaled_BV, sampling: SamplingParams):
+  """The kept set restricted to the top ``CANDIDATES`` tokens (``lax.top_k``: ties to the lower
+  id, as a stable sort). Returns ``(values_BK, ids_BK, keep_BK, exact_B)``; ``exact_B`` says
+  the sequence's whole kept set lies among the candidates (top-k within them, or a top-p /
+  min-p cut that drops the last candidate: both cuts are prefixes of the sorted order)."""
+  B, V = scaled_BV.shape
+  K = min(CANDIDATES, V)
+  # the barrier keeps XLA:CPU's TopK kernel: a slice of the result (vals_BK[:, :1]) merged
+  # into the sort that top_k lowers to stops it being recognised, and it stays a full sort
+  vals_BK, ids_BK = jax.lax.optimization_barrier(jax.lax.top_k(scaled_BV, K))
+  rank_K = jnp.arange(K, dtype=jnp.int32)
+  k_on_B = (sampling.top_k_B > 0) & (sampling.top_k_B < V)
+  k_in_B = k_on_B & (sampling.top_k_B <= K)
+  keep_BK = rank_K[None] < jnp.where(k_in_B, sampling.top_k_B, K)[:, None]
+  e_BK = jnp.exp(vals_BK - vals_BK[:, :1])
+  # top-k renormalises over its k tokens; without top-k the normaliser is the whole vocabulary
+  z_top_B = jnp.sum(jnp.where(keep_BK, e_BK, 0.0), axis=-1)
+  z_all_B = jnp.sum(jnp.exp(scaled_BV - vals_BK[:, :1]), axis=-1)
+  probs_BK = jnp.where(keep_BK, e_BK, 0.0) / jnp.where(k_in_B, z_top_B, z_all_B)[:, None]
+  mass_before_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK
   top_p_B = sampling.top_p_B[:, None]
-  keep_BV &= (mass_before_BV < top_p_B) | (top_p_B >= 1.0)
-  keep_BV &= probs_BV >= sampling.min_p_B[:, None] * probs_BV[:, :1]
-  keep_BV |= rank_V[None] == 0
-  noisy_BV = jnp.where(keep_BV, sorted_BV, -jnp.inf) + jax.random.gumbel(key, (B, V), _F32)
-  choice_B = jnp.argmax(noisy_BV, axis=-1)
-  return jnp.take_along_axis(perm_BV, choice_B[:, None], axis=-1)[:, 0]
+  keep_BK &= (mass_before_BK < top_p_B) | (top_p_B >= 1.0)
+  keep_BK &= probs_BK >= sampling.min_p_B[:, None] * probs_BK[:, :1]
+  keep_BK |= rank_K[None] == 0
+  exact_B = k_in_B | (~k_on_B & ~keep_BK[:, K - 1]) | (K == V)
+  return vals_BK, ids_BK, keep_BK, exact_B
+
+
+def kept_tokens(scaled_BV, sampling: SamplingParams) -> jax.Array:
+  """Bool ``[B, V]``: the tokens each sequence may sample from temperature-scaled logits
+  (top-k, then top-p, then min-p, as the module doc says), by the path :func:`choose_tokens`
+  takes. For tests and inspection."""
+  B, V = scaled_BV.shape
+  scaled_BV = scaled_BV.astype(_F32)
+  _, ids_BK, keep_BK, exact_B = _keep_in_candidates(scaled_BV, sampling)
+
+  def scatter():
+    rows_BK = jnp.broadcast_to(jnp.arange(B)[:, None], ids_BK.shape)
+    return jnp.zeros((B, V), bool).at[rows_BK, ids_BK].set(keep_BK)
+
+  return jax.lax.cond(jnp.all(exact_B), scatter, lambda: _keep_by_search(scaled_BV, sampling))
+
+
+def _truncated_choice(key, scaled_BV, sampling: SamplingParams, truncating_B) -> jax.Array:
+  """Samples from the kept set: among the ``lax.top_k`` candidates when that is exact for every
+  truncating sequence (the usual case), else by threshold search over the vocabulary. Neither
+  sorts the vocabulary."""
+  vals_BK, ids_BK, keep_BK, exact_B = _keep_in_candidates(scaled_BV, sampling)
+
+  def among_candidates():
+    noisy_BK = jnp.where(keep_BK, vals_BK, -jnp.inf)
+    noisy_BK += jax.random.gumbel(key, vals_BK.shape, _F32)
+    choice_B = jnp.argmax(noisy_BK, axis=-1)
+    return jnp.take_along_axis(ids_BK, choice_B[:, None], axis=-1)[:, 0]
+
+  def searched():
+    keep_BV = _keep_by_search(scaled_BV, sampling)
+    noisy_BV = jnp.where(keep_BV, scaled_BV, -jnp.inf)
+    noisy_BV += jax.random.gumbel(key, scaled_BV.shape, _F32)
+    return jnp.argmax(noisy_BV, axis=-1)
+
+  exact = jnp.all(exact_B | ~truncating_B)
+  return jax.lax.cond(exact, among_candidates, searched).astype(jnp.int32)
 
 
 def choose_tokens(key, logits_BV, sampling: SamplingParams) -> jax.Array:
   """Chooses one token per sequence from (processor-masked) logits, as the module doc says.
 
-  The truncation branch (a sort over the vocabulary) and the noise draw only run when some
-  sequence needs them (``lax.cond``), so all-greedy decoding costs one argmax.
+  Untruncated sampled sequences draw Gumbel noise over the vocabulary; truncating ones go
+  through :func:`_truncated_choice` (``lax.top_k`` candidates, a threshold search when those
+  do not hold the kept set; no vocabulary sort). Each branch runs only when some sequence
+  needs it (``lax.cond``), so all-greedy decoding costs one argmax.
   """
   logits_BV = logits_BV.astype(_F32)
   greedy_tok_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
@@ -137,17 +258,17 @@ def choose_tokens(key, logits_BV, sampling: SamplingParams) -> jax.Array:
   truncating_B = sampled_B & (
     (sampling.top_k_B > 0) | (sampling.top_p_B < 1.0) | (sampling.min_p_B > 0)
   )
+  plain_B = sampled_B & ~truncating_B
+  none_B = jnp.zeros_like(greedy_tok_B)
 
   def plain():
     noise_BV = jax.random.gumbel(key, scaled_BV.shape, _F32)
     return jnp.argmax(scaled_BV + noise_BV, axis=-1).astype(jnp.int32)
 
-  def sample():
-    return jax.lax.cond(
-      jnp.any(truncating_B),
-      lambda: _truncated_choice(key, scaled_BV, sampling).astype(jnp.int32),
-      plain,
-    )
+  def truncated():
+    return _truncated_choice(jax.random.fold_in(key, 1), scaled_BV, sampling, truncating_B)
 
-  drawn_B = jax.lax.cond(jnp.any(sampled_B), sample, lambda: greedy_tok_B)
+  plain_tok_B = jax.lax.cond(jnp.any(plain_B), plain, lambda: none_B)
+  trunc_tok_B = jax.lax.cond(jnp.any(truncating_B), truncated, lambda: none_B)
+  drawn_B = jnp.where(truncating_B, trunc_tok_B, plain_tok_B)
   return jnp.where(sampling.greedy_B, greedy_tok_B, drawn_B)
