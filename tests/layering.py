@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Layer of each module-name prefix (longest prefix wins), lowest first. Within one group (the
 # prefix that matched) imports are free; across groups they must go to a lower layer.
-#   experiments -> {train, tiny} -> eval -> {runner, spade, plan} -> {rollout, rl} -> {envs, engine}
+#   experiments -> {train, tiny} -> {eval, plan} -> {runner, spade} -> {rollout, rl} -> {envs, engine}
 #   -> models -> sharding
 LAYERS = {
   "sharding": 0,
@@ -41,7 +41,7 @@ LAYERS = {
   "plots": 7,
   "runner": 8,
   "spade": 8,
-  "plan": 8,
+  "plan": 9,  # compiles the update and sampler of a `spade` config
   "eval": 9,  # suites reuse the agent prompts of `spade`; `train` runs them in-loop
   "train": 10,
   "tiny": 10,

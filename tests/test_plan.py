@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax import plan
+from spade_jax.plan import cli, programs
+from spade_jax.plan.report import format_report
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_HF = {
@@ -35,13 +36,13 @@ FIELDS = {
 def test_printed_memory_is_the_compiled_memory_analysis(tmp_path, capsys, monkeypatch):
   (tmp_path / "config.json").write_text(json.dumps(TINY_HF))
   compiled = {}
-  compile_programs = plan.compile_programs
+  compile_programs = programs.compile_programs
 
-  def record(programs):
-    compiled.update(compile_programs(programs))
+  def record(progs):
+    compiled.update(compile_programs(progs))
     return compiled
 
-  monkeypatch.setattr(plan, "compile_programs", record)
+  monkeypatch.setattr(programs, "compile_programs", record)
   args = [
     "--config",
     str(REPO / "experiments/configs/qwen3.py:8b"),  # KL on: the reference forward is compiled
@@ -64,11 +65,11 @@ def test_printed_memory_is_the_compiled_memory_analysis(tmp_path, capsys, monkey
     "--hbm",
     "1",
   ]
-  assert plan.main(args + ["--json"]) == 0
+  assert cli.main(args + ["--json"]) == 0
   report = json.loads(capsys.readouterr().out)
   assert set(compiled) == {"update", "prefill", "decode"}
   assert report["kl_reference"] and report["mesh"]["data"] == 2 and report["mesh"]["fsdp"] == 4
-  text = plan.format_report(report)
+  text = format_report(report)
   for name, (executable, _) in compiled.items():
     m = executable.memory_analysis()
     printed = report["memory"][name]
@@ -105,7 +106,7 @@ BAD = [
 @pytest.mark.parametrize("args, needle", BAD)
 def test_bad_input_returns_2_with_one_line(args, needle, capsys, monkeypatch):
   monkeypatch.chdir(REPO)
-  assert plan.main(args) == 2
+  assert cli.main(args) == 2
   out, err = capsys.readouterr()
   lines = err.strip().splitlines()
   assert out == "" and len(lines) == 1 and needle in lines[0], err
