@@ -1,11 +1,20 @@
 """Mesh construction and logical-axis sharding rules.
 
 This is the only module that maps logical axis names (``vocab``, ``embed``, ``heads``, ...) to
-mesh axes (``data``, ``fsdp``, ``tensor``, later ``expert``). Parameters carry their logical
+mesh axes (``data``, ``fsdp``, ``expert``, ``tensor``). Parameters carry their logical
 names as metadata (key :data:`LOGICAL_AXES_KEY` on every ``nnx.Param``); activations are
 constrained with :func:`constrain`. A logical name maps to a mesh axis only where that axis
 divides the dimension; otherwise the dimension is replicated (for example SmolLM2's 3 kv heads
 on a tensor axis of 2). ``jit`` with shardings is the modern spelling of ``pjit``.
+
+Meshes have three axes ``(data, fsdp, tensor)`` (every config and CLI mesh shape of three
+entries: no ``expert`` axis, the same as an expert axis of size 1) or four, ``(data, fsdp, expert,
+tensor)``. The ``expert`` axis is expert parallelism: MoE expert weights ``[E, ...]`` split their
+expert dimension over it (and over ``fsdp`` too where that still divides ``E``), while everything
+else treats it as one more data/FSDP axis (the batch and the dense weights' ``embed`` dimension
+split over it), so no device idles or holds a duplicate outside the expert MLPs. Tokens reach
+their experts through XLA's SPMD partitioner (``ragged_dot`` over expert-sharded weights), not a
+hand-written all-to-all.
 """
 
 from __future__ import annotations
@@ -23,12 +32,13 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 # Metadata key on nnx.Param holding the parameter's logical axis names (a tuple of str|None).
 LOGICAL_AXES_KEY = "logical_axes"
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "expert", "tensor")
+MESH_AXES_3 = ("data", "fsdp", "tensor")  # a three-entry mesh shape: no expert axis
 
 # Logical name -> mesh axis (or tuple of mesh axes, or None = replicated).
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
   # activations
-  ("batch", ("data", "fsdp")),
+  ("batch", ("data", "fsdp", "expert")),
   ("length", None),
   ("act_embed", None),
   ("act_heads", "tensor"),
@@ -39,25 +49,42 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
   # parameters
   ("layers", None),
   ("vocab", "tensor"),
-  ("embed", "fsdp"),
+  ("embed", ("fsdp", "expert")),
   ("heads", "tensor"),
   ("kv_heads", "tensor"),
   ("head_dim", None),
   ("mlp", "tensor"),
-  ("expert", "fsdp"),  # MoE expert weights [E, ...]: experts split over the fsdp axis
+  # MoE expert weights [E, D, F]: experts split over the expert axis, then over fsdp when that
+  # still divides E (each device then holds whole experts: ragged_dot needs no gathered hidden
+  # dimension); otherwise their ``embed`` dimension takes fsdp (an axis is used once per array)
+  ("expert", ("expert", "fsdp")),
   ("norm", None),
 )
 
 _state = threading.local()
 
 
+def mesh_axes(ndim: int) -> tuple[str, ...]:
+  """The axis names of a mesh shape of ``ndim`` entries: 3 ``(data, fsdp, tensor)`` or 4
+  ``(data, fsdp, expert, tensor)``."""
+  if ndim == 3:
+    return MESH_AXES_3
+  if ndim == 4:
+    return MESH_AXES
+  want = "3 entries (data, fsdp, tensor) or 4 (data, fsdp, expert, tensor)"
+  raise ValueError(f"a mesh shape has {want}, got {ndim}")
+
+
 def make_mesh(
   shape: Sequence[int] = (-1, 1, 1),
-  axes: Sequence[str] = MESH_AXES,
+  axes: Sequence[str] | None = None,
   devices: Sequence[jax.Device] | None = None,
 ) -> Mesh:
-  """Builds a mesh with ``AxisType.Auto`` axes; one ``-1`` entry fills from the device count."""
+  """Builds a mesh with ``AxisType.Auto`` axes; one ``-1`` entry fills from the device count.
+  ``axes`` defaults to :func:`mesh_axes` of the shape's length (3 or 4 entries)."""
   shape = list(shape)
+  if axes is None:
+    axes = mesh_axes(len(shape))
   if len(shape) != len(axes):
     raise ValueError(f"mesh shape {shape} and axes {tuple(axes)} differ in length")
   devices = list(devices if devices is not None else jax.devices())

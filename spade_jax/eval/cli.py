@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--mesh",
     default=None,
-    help="data,fsdp,tensor (default: the run's); fewer devices than present uses the first ones",
+    help="data,fsdp,tensor or data,fsdp,expert,tensor (default: the run's); fewer devices than "
+    "present uses the first ones",
   )
   return p
 
@@ -101,10 +103,12 @@ def _mesh(args, config):
   try:
     shape = tuple(int(x) for x in args.mesh.split(","))
   except ValueError as e:
-    raise UserError(f"--mesh {args.mesh!r}: expected three integers data,fsdp,tensor") from e
+    raise UserError(
+      f"--mesh {args.mesh!r}: expected integers data,fsdp,tensor or data,fsdp,expert,tensor"
+    ) from e
   devices = jax.devices()
-  if len(shape) == 3 and all(x > 0 for x in shape) and 0 < shape[0] * shape[1] * shape[2]:
-    devices = devices[: shape[0] * shape[1] * shape[2]]
+  if len(shape) in (3, 4) and all(x > 0 for x in shape):
+    devices = devices[: math.prod(shape)]
   try:
     return sharding.make_mesh(shape, devices=devices)
   except ValueError as e:

@@ -74,8 +74,11 @@ def load_balancing_loss(cfg: TransformerConfig, router_logits_LBTE, mask_BT=None
   mask = jnp.ones((B, T), F32) if mask_BT is None else jnp.asarray(mask_BT, F32)
   row_LBT = layer_L[:, None, None] * mask[None]
   probs = jax.nn.softmax(router_logits_LBTE.astype(F32), axis=-1)
-  _, experts = jax.lax.top_k(probs, cfg.num_experts_per_tok)
-  counts_E = jnp.einsum("lbtke,lbt->e", jax.nn.one_hot(experts, E, dtype=F32), row_LBT)
+  _, experts_LBTk = jax.lax.top_k(probs, cfg.num_experts_per_tok)
+  # the assignment counts by a scatter-add (a one-hot [L, B, T, k, E] would be gigabytes at
+  # Qwen3-30B-A3B's 128 experts, top-8); they carry no gradient, as in transformers
+  row_LBTk = jnp.broadcast_to(row_LBT[..., None], experts_LBTk.shape)
+  counts_E = jnp.zeros((E,), F32).at[experts_LBTk.reshape(-1)].add(row_LBTk.reshape(-1))
   prob_sum_E = jnp.einsum("lbte,lbt->e", probs, row_LBT)
-  rows = jnp.sum(row_LBT)
+  rows = jnp.maximum(jnp.sum(row_LBT), 1.0)  # no valid row (a pad micro-batch): 0, not NaN
   return E * jnp.sum((counts_E / rows) * (prob_sum_E / rows))

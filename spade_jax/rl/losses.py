@@ -56,6 +56,9 @@ class LossConfig:
                  matching what the sampler recorded.
   logprob_chunk: sequence positions per chunk of the chunked log-softmax (memory per chunk is
                  ``B * chunk * V`` float32).
+  router_aux_coef: MoE models only: coefficient of the router's load-balancing loss
+                 (``models.moe.load_balancing_loss``) added by the update; 0 = not computed
+                 (the reference recipe's ``--moe-aux-loss-coeff 0``). Ignored by dense models.
   """
 
   eps_low: float = 0.2
@@ -68,6 +71,7 @@ class LossConfig:
   norm_constant: int | None = None
   temperature: float = 1.0
   logprob_chunk: int = 256
+  router_aux_coef: float = 0.0
 
   def __post_init__(self):
     if self.aggregation not in AGGREGATIONS:
@@ -80,6 +84,8 @@ class LossConfig:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
     if self.logprob_chunk < 1:
       raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk}")
+    if self.router_aux_coef < 0:
+      raise ValueError(f"router_aux_coef must be >= 0, got {self.router_aux_coef}")
 
 
 def token_logprobs(

@@ -19,7 +19,10 @@ Metrics (device scalars, replicated): ``train/loss``, ``train/pg_loss``, ``train
 ``train/entropy``, ``train/ref_kl`` and ``train/kl_loss`` (when ``kl_coef > 0``),
 ``train/grad_norm`` (before clipping), ``train/lr`` (0 when skipped), ``train/update_skipped``,
 ``train/loss_tokens``, ``train/valid_samples`` and per role ``train/{agent,designer}_samples``,
-``_tokens``, ``_adv_mean``. Rematerialisation is the model's ``TransformerConfig.remat``.
+``_tokens``, ``_adv_mean``; for an MoE model with ``LossConfig.router_aux_coef > 0``,
+``train/router_aux_loss`` (the load-balancing loss before its coefficient, which is added to
+the loss as ``router_aux_coef * aux``; see :func:`batch_loss`). Rematerialisation is the model's
+``TransformerConfig.remat``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import optax
 from flax import nnx
 
 from spade_jax import multihost, sharding, trajectories
+from spade_jax.models import moe
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import OptimizerConfig, learning_rate_schedule, make_optimizer
 from spade_jax.rl.train_state import TrainState, state_shardings
@@ -59,9 +63,22 @@ def batch_loss(
   update's gradient against finite differences).
   """
   model = nnx.merge(graphdef, params)
-  logp_BT, entropy_BT = losses.model_logprobs(
-    model, batch.tokens_BT, cfg, entropy_grad=bool(cfg.entropy_coef)
-  )
+  aux_coef = cfg.router_aux_coef if model.cfg.num_experts else 0.0
+  if aux_coef:  # an MoE model with the load-balancing loss: the same forward, router logits kept
+    hidden_BTD, _, router_LBTE = model.hidden_and_router(batch.tokens_BT)
+    logp_BT, entropy_BT = losses.token_logprobs(
+      hidden_BTD,
+      model.unembed_matrix(),
+      batch.tokens_BT,
+      temperature=cfg.temperature,
+      chunk=cfg.logprob_chunk,
+      compute_dtype=model.cfg.dtype,
+      entropy_grad=bool(cfg.entropy_coef),
+    )
+  else:
+    logp_BT, entropy_BT = losses.model_logprobs(
+      model, batch.tokens_BT, cfg, entropy_grad=bool(cfg.entropy_coef)
+    )
   if old_logp_BT is None:
     old_logp_BT = jax.lax.stop_gradient(logp_BT)
   ref_logp_BT = None
@@ -72,7 +89,7 @@ def batch_loss(
       )
     ref_model = nnx.merge(graphdef, jax.lax.stop_gradient(ref_params))
     ref_logp_BT, _ = losses.model_logprobs(ref_model, batch.tokens_BT, cfg)
-  return losses.policy_loss(
+  loss, stats = losses.policy_loss(
     logp_BT,
     old_logp_BT,
     batch.rollout_logprobs_BT,
@@ -84,6 +101,26 @@ def batch_loss(
     ref_logp_BT=ref_logp_BT,
     entropy_BT=entropy_BT,
   )
+  if aux_coef:
+    # transformers' load-balancing loss of this (micro-)batch's tokens, weighted by its share of
+    # the global batch's rows: summed over micro-batches, the mean of their aux losses (the
+    # loss is not additive over rows; one micro-batch gives exactly that of the whole batch)
+    aux = moe.load_balancing_loss(model.cfg, router_LBTE, aux_loss_mask(batch))
+    aux = aux * (batch.batch_size / global_batch)
+    loss = loss + aux_coef * aux
+    stats = dict(stats, loss=loss, router_aux_loss=aux)
+  return loss, stats
+
+
+def aux_loss_mask(batch: Trajectories) -> jax.Array:
+  """``[B, T]`` bool: the tokens the router's load-balancing loss counts, each row's positions
+  up to its last trained token (prompt, environment turns and responses; not the right
+  padding, and nothing of a pad row). Trajectories carry no attention mask, so this stands in
+  for transformers' ``attention_mask``."""
+  on_BT = batch.loss_mask_BT > 0
+  t_T = jnp.arange(on_BT.shape[1])
+  last_B = jnp.max(jnp.where(on_BT, t_T[None], -1), axis=1)
+  return t_T[None] <= last_B[:, None]
 
 
 def split_micro_batches(batch: Trajectories, micro_batches: int) -> Trajectories:
@@ -203,6 +240,8 @@ def train_step(
     opt_state=keep(new_opt, state.opt_state),
   )
   metrics = losses.finalize_stats(stats)
+  if "router_aux_loss" in stats:
+    metrics["train/router_aux_loss"] = stats["router_aux_loss"]
   metrics.update(_batch_metrics(batch))
   metrics["train/grad_norm"] = grad_norm
   metrics["train/update_skipped"] = (~ok).astype(_F32)

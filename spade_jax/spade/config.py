@@ -37,7 +37,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.attention_impl = "reference"
 
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.shape = (1, -1, 1)  # data, fsdp, tensor; -1 fills from the device count
+  # data, fsdp, tensor (or data, fsdp, expert, tensor: expert parallelism for MoE models);
+  # -1 fills from the device count
+  c.mesh.shape = (1, -1, 1)
 
   c.spade = ml_collections.ConfigDict()
   c.spade.num_games = 24
@@ -112,6 +114,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.entropy_coef = 0.0  # entropy bonus coefficient (0: none)
   c.train.kl_estimator = "k3"  # KL-to-reference estimator k1 / k2 / k3 (used when kl_coef > 0)
   c.train.logprob_chunk = 256  # positions per chunk of the chunked log-softmax (memory knob)
+  # MoE models: coefficient of the router's load-balancing loss in the update (0: none, as the
+  # reference recipe's --moe-aux-loss-coeff 0; transformers trains with 0.001 only when asked
+  # for output_router_logits). Dense models ignore it.
+  c.train.router_aux_coef = 0.0
   # the agent's advantages (rl.advantages): zscore (GRPO) or center (Dr.GRPO, no std division)
   c.train.advantage = "zscore"
   # DAPO dynamic sampling: drop the agent's groups whose returns all agree (advantage 0) and
@@ -234,8 +240,9 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(c.eval.max_turns >= 0, f"eval.max_turns must be >= 0, got {c.eval.max_turns}")
   need(c.eval.max_context >= 0, f"eval.max_context must be >= 0, got {c.eval.max_context}")
   need(
-    len(c.mesh.shape) == 3,
-    f"mesh.shape must have 3 entries (data, fsdp, tensor), got {tuple(c.mesh.shape)}",
+    len(c.mesh.shape) in (3, 4),
+    "mesh.shape must have 3 entries (data, fsdp, tensor) or 4 (data, fsdp, expert, tensor), "
+    f"got {tuple(c.mesh.shape)}",
   )
 
 
@@ -262,6 +269,8 @@ def loss_problems(train) -> list[str]:
     out.append(f"train.norm_constant must be >= 0 (0: the batch length), got {train.norm_constant}")
   if train.logprob_chunk < 1:
     out.append(f"train.logprob_chunk must be >= 1, got {train.logprob_chunk}")
+  if train.get("router_aux_coef", 0.0) < 0:
+    out.append(f"train.router_aux_coef must be >= 0, got {train.router_aux_coef}")
   return out
 
 
@@ -280,6 +289,7 @@ def loss_config(c) -> losses.LossConfig:
     norm_constant=t.norm_constant or None,
     temperature=c.agent.temperature,
     logprob_chunk=t.logprob_chunk,
+    router_aux_coef=t.get("router_aux_coef", 0.0),
   )
 
 
