@@ -281,6 +281,8 @@ def drive(args):
         tunix_tok_s=round(tm, 1),
         ratio=round(om / tm, 3),
         ratio_per_round=[round(a["decode_tok_s"] / b["decode_tok_s"], 3) for a, b in zip(o, t)],
+        ours_tok_s_per_round=[x["decode_tok_s"] for x in o],
+        tunix_tok_s_per_round=[x["decode_tok_s"] for x in t],
         ours_retraces_after_warmup=[x["retraces_after_warmup"] for x in o],
       )
       if "tokens" in o[0] and "tokens" in t[0]:
@@ -309,6 +311,8 @@ def drive(args):
       tunix_step_s=round(tm, 4),
       speedup_vs_tunix=round(tm / om, 3),
       speedup_per_round=[round(b["step_s"] / a["step_s"], 3) for a, b in zip(o, t)],
+      ours_step_s_all=[x["step_s_all"] for x in o],
+      tunix_step_s_all=[x["step_s_all"] for x in t],
       tunix_trainer_loop_s=[x.get("trainer_loop_s", x.get("trainer_loop_error")) for x in t],
       compile_s={"ours": [x["compile_s"] for x in o], "tunix": [x["compile_s"] for x in t]},
       second_step_s={
