@@ -344,6 +344,28 @@ def test_new_params_and_same_bucket_do_not_recompile():
   assert engine.metrics()["generate/compilations"] == before
 
 
+def test_sampling_settings_seeds_and_repeated_calls_do_not_recompile():
+  """Greedy, top-p alone (threshold search), SPADE's top-k/top-p, min-p and mixed rows run the
+  same compiled programs: sampling settings are data, and both sampler paths are in them."""
+  model, cfg, _ = _tiny("qwen3")
+  prompts = _prompts(cfg.vocab_size)
+  engine = Engine(model)
+  engine.outputs(engine.run(engine.init(prompts, max_new_tokens=16), SamplingParams.make(4)))
+  before = compilation_count()
+  settings = [
+    dict(greedy=True),
+    dict(temperature=1.0, top_p=0.95),
+    dict(temperature=0.6, top_p=0.95, top_k=20),
+    dict(temperature=0.9, min_p=0.1, top_k=300),
+    dict(temperature=[0.0, 1.0, 0.6, 1.3], top_p=[1.0, 0.9, 0.95, 1.0], top_k=[0, 0, 20, 7]),
+  ]
+  for seed, kw in enumerate(settings * 2):
+    state = engine.init(prompts, max_new_tokens=12 + seed % 3, seed=seed)
+    out = engine.outputs(engine.run(state, SamplingParams.make(4, **kw)))
+    assert [len(t) for t in out.tokens] == [12 + seed % 3] * 4
+  assert compilation_count() == before
+
+
 # ------------------------------------------------------------------------------ bad input
 
 

@@ -194,7 +194,11 @@ def _keep_in_candidates(scaled_BV, sampling: SamplingParams):
   e_BK = jnp.exp(vals_BK - vals_BK[:, :1])
   # top-k renormalises over its k tokens; without top-k the normaliser is the whole vocabulary
   z_top_B = jnp.sum(jnp.where(keep_BK, e_BK, 0.0), axis=-1)
-  z_all_B = jnp.sum(jnp.exp(scaled_BV - vals_BK[:, :1]), axis=-1)
+  z_all_B = jax.lax.cond(  # a pass over the vocabulary that SPADE's top-k 20 does not need
+    jnp.any(~k_in_B),
+    lambda: jnp.sum(jnp.exp(scaled_BV - vals_BK[:, :1]), axis=-1),
+    lambda: jnp.ones((B,), _F32),
+  )
   probs_BK = jnp.where(keep_BK, e_BK, 0.0) / jnp.where(k_in_B, z_top_B, z_all_B)[:, None]
   mass_before_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK
   top_p_B = sampling.top_p_B[:, None]
