@@ -54,11 +54,13 @@ def analytic(config, programs: progs.Programs, shapes: Shapes) -> dict[str, dict
   kv = 2 * L * sb * S * kt * H * 2  # keys and values, bfloat16
   slots = sb * S * (4 + 1 + 4)  # tokens, loss mask, log-probs per slot
   logits = sb * cfg.vocab_size * 4 * 3
+  experts = sum(cfg.sparse_layers) * cfg.num_experts * 3 * D * cfg.moe_mlp_dim
   sampler = {
     "params": params,
     # the decode loop and the prefill gather every layer's float32 weights (XLA hoists the
-    # FSDP all-gather out of the loop over layers / steps: measured, BUILD_NOTES)
-    "gathered_weights": cfg.num_params * 4 // tp,
+    # FSDP all-gather out of the loop over layers / steps: measured, BUILD_NOTES); experts
+    # stay split over their axis
+    "gathered_weights": (cfg.num_params - experts) * 4 // tp,
     "kv_cache": kv,
     "slots": slots,
     "logits": logits,
