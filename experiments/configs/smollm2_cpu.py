@@ -7,7 +7,9 @@
 `:smoke` runs one full iteration (designer attempts, sandbox validation, hint writing, hinted
 and unhinted plays, update, checkpoint, held-out eval) in a few minutes; tests use it.
 A 135M model rarely writes a valid environment: when none validates, the agent plays the
-library seed pool (metric agent/pool_source = 2) and the step still trains.
+library seed pool (metric agent/pool_source = 2) and the step still trains. The designer's
+memory starts with the library environments as seeds (`spade.library_seeds`), so its first
+prompts carry worked examples (as many as fit: `designer/prompt_seeds_mean`).
 """
 
 from spade_jax.spade.config import base_config, parse_config_arg
@@ -31,7 +33,8 @@ def get_config(arg: str = ""):
   c.spade.library_seeds = True
   c.designer.max_new_tokens = 384
   c.designer.hint_max_new_tokens = 48
-  c.designer.max_context = 2048
+  # room for two library seeds (a seeded prompt is ~2.6k SmolLM2 tokens) and the reply
+  c.designer.max_context = 3072
   c.agent.max_turns = 3
   c.agent.max_new_tokens = 96
   c.agent.max_context = 1024
@@ -52,6 +55,7 @@ def get_config(arg: str = ""):
     c.spade.max_attempts = 1
     c.spade.corpus_words = 60
     c.designer.max_new_tokens = 96
+    c.designer.max_context = 2048  # one library seed fits beside the 96-token reply
     c.designer.hint_max_new_tokens = 24
     c.agent.max_turns = 2
     c.agent.max_new_tokens = 24
