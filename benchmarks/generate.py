@@ -26,12 +26,17 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+# the checkout this script is in, not whichever one the venv installed (a before/after run from
+# a second worktree would otherwise time the installed code)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 TINY = dict(
   vocab_size=4096,
