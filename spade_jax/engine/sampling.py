@@ -184,19 +184,22 @@ def _keep_in_candidates(scaled_BV, sampling: SamplingParams):
   min-p cut that drops the last candidate: both cuts are prefixes of the sorted order)."""
   B, V = scaled_BV.shape
   K = min(CANDIDATES, V)
-  # the barrier keeps XLA:CPU's TopK kernel: a slice of the result (vals_BK[:, :1]) merged
-  # into the sort that top_k lowers to stops it being recognised, and it stays a full sort
-  vals_BK, ids_BK = jax.lax.optimization_barrier(jax.lax.top_k(scaled_BV, K))
+  vals_BK, ids_BK = jax.lax.top_k(scaled_BV, K)
+  # the largest value from a reduction, not as ``vals_BK[:, :1]``: XLA:CPU merges a slice of
+  # top_k's result into the sort it lowers to, which is then no longer recognised as TopK and
+  # stays a full sort of the vocabulary (an optimization_barrier around top_k avoided that but
+  # crashed XLA's SPMD partitioner in a sharded decode loop)
+  top_B1 = jnp.max(scaled_BV, axis=-1, keepdims=True)
   rank_K = jnp.arange(K, dtype=jnp.int32)
   k_on_B = (sampling.top_k_B > 0) & (sampling.top_k_B < V)
   k_in_B = k_on_B & (sampling.top_k_B <= K)
   keep_BK = rank_K[None] < jnp.where(k_in_B, sampling.top_k_B, K)[:, None]
-  e_BK = jnp.exp(vals_BK - vals_BK[:, :1])
+  e_BK = jnp.exp(vals_BK - top_B1)
   # top-k renormalises over its k tokens; without top-k the normaliser is the whole vocabulary
   z_top_B = jnp.sum(jnp.where(keep_BK, e_BK, 0.0), axis=-1)
   z_all_B = jax.lax.cond(  # a pass over the vocabulary that SPADE's top-k 20 does not need
     jnp.any(~k_in_B),
-    lambda: jnp.sum(jnp.exp(scaled_BV - vals_BK[:, :1]), axis=-1),
+    lambda: jnp.sum(jnp.exp(scaled_BV - top_B1), axis=-1),
     lambda: jnp.ones((B,), _F32),
   )
   probs_BK = jnp.where(keep_BK, e_BK, 0.0) / jnp.where(k_in_B, z_top_B, z_all_B)[:, None]
