@@ -56,17 +56,50 @@ def config_json(config) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
-def check_resume_config(workdir: Path, config) -> None:
+_MISSING = object()
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  out: dict[str, Any] = {}
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def config_differences(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
+  """Dotted paths where the config ``new`` differs from the stored ``old`` outside
+  `RESUMABLE_CHANGES`. A field ``old`` lacks (added to the code after the run started) is no
+  difference when ``new`` holds its default (``defaults``, the front end's base config): the
+  run went on without it, which is what the default reproduces."""
+  flat_old, flat_new = _flatten(old), _flatten(new)
+  flat_defaults = _flatten(defaults) if defaults else {}
+  diff = []
+  for key in sorted(set(flat_old) | set(flat_new)):
+    if key.split(".")[0] in RESUMABLE_CHANGES:
+      continue
+    was, now = flat_old.get(key, _MISSING), flat_new.get(key, _MISSING)
+    if was == now:
+      continue
+    if was is _MISSING and now == flat_defaults.get(key, _MISSING):
+      continue
+    diff.append(key)
+  return diff
+
+
+def check_resume_config(workdir: Path, config, defaults=None) -> None:
   """Raises `UserError` if ``workdir`` holds a run whose config differs from ``config`` in a
-  field outside `RESUMABLE_CHANGES`; then (re)writes ``workdir/config.json`` (process 0 only,
-  atomically: the others may be reading it)."""
+  field outside `RESUMABLE_CHANGES` (`config_differences`; ``defaults`` is the front end's base
+  config, so fields added to the code since the run started resume at their defaults); then
+  (re)writes ``workdir/config.json`` (process 0 only, atomically: the others may be reading
+  it)."""
   path = Path(workdir) / "config.json"
   new = config_json(config)
   if path.exists():
     old = json.loads(path.read_text())
-    diff = sorted(
-      k for k in set(old) | set(new) if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k)
-    )
+    diff = config_differences(old, new, config_json(defaults) if defaults is not None else None)
     if diff:
       raise UserError(
         f"{workdir} holds a run with a different config (fields {diff}); use a new --workdir"
@@ -109,11 +142,11 @@ class Run:
   ``plot_every``, ``progress`` and ``to_json_best_effort``.
   """
 
-  def __init__(self, config, workdir, subdirs: Iterable[str] = ()):
+  def __init__(self, config, workdir, subdirs: Iterable[str] = (), defaults=None):
     self.config = config
     self.workdir = Path(workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
-    check_resume_config(self.workdir, config)
+    check_resume_config(self.workdir, config, defaults)
     for sub in subdirs:
       (self.workdir / sub).mkdir(exist_ok=True)
     self.steps = int(config.steps)
@@ -280,6 +313,7 @@ __all__ = [
   "Run",
   "UserError",
   "check_resume_config",
+  "config_differences",
   "config_json",
   "truncate_metrics",
   "write_plots",

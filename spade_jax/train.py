@@ -19,7 +19,7 @@ import numpy as np
 from spade_jax import metrics, multihost, runner, sharding
 from spade_jax.runner import UserError
 from spade_jax.spade import config as spade_config
-from spade_jax.spade.config import base_config  # noqa: F401 (re-exported)
+from spade_jax.spade.config import base_config
 
 
 def check_config(config) -> None:
@@ -82,7 +82,8 @@ def train(config, workdir) -> dict:
     check_config(config)
   except ValueError as e:
     raise UserError(str(e)) from e
-  with runner.Run(config, workdir, ("envs", "plots", "eval", "transcripts")) as run:
+  subdirs = ("envs", "plots", "eval", "transcripts")
+  with runner.Run(config, workdir, subdirs, defaults=base_config()) as run:
     return _train(config, run)
 
 

@@ -32,6 +32,25 @@ def test_resume_config_check_allows_only_resumable_changes(tmp_path):
     runner.check_resume_config(tmp_path, small_config(steps=5, seed=1))
 
 
+def test_fields_added_since_the_run_started_resume_at_their_defaults(tmp_path):
+  """A workdir written before the code grew a field resumes when the field holds its default
+  (the run went on without it), and is refused when it does not; paths are dotted."""
+  defaults = small_config(train=dict(lr=1.0, new_knob=0.0), seed=0)
+  old = small_config(train=dict(lr=1.0))  # written by code without train.new_knob
+  (tmp_path / "config.json").write_text(json.dumps(runner.config_json(old)))
+  runner.check_resume_config(tmp_path, small_config(train=dict(lr=1.0, new_knob=0.0)), defaults)
+  stored = json.loads((tmp_path / "config.json").read_text())
+  assert stored["train"]["new_knob"] == 0.0  # rewritten with the field
+  (tmp_path / "config.json").write_text(json.dumps(runner.config_json(old)))
+  with pytest.raises(runner.UserError, match=r"fields \['train.new_knob'\]"):
+    runner.check_resume_config(tmp_path, small_config(train=dict(lr=1.0, new_knob=0.5)), defaults)
+  with pytest.raises(runner.UserError, match=r"fields \['train.new_knob'\]"):  # no defaults
+    runner.check_resume_config(tmp_path, small_config(train=dict(lr=1.0, new_knob=0.0)))
+  with pytest.raises(runner.UserError, match=r"fields \['train.lr'\]"):
+    runner.check_resume_config(tmp_path, small_config(train=dict(lr=2.0, new_knob=0.0)), defaults)
+  assert runner.config_differences({"steps": 1, "a": {"b": 1}}, {"steps": 9, "a": {}}) == ["a.b"]
+
+
 def test_truncate_metrics_drops_steps_from_start(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in range(4)) + "\n")

@@ -25,7 +25,7 @@ from spade_jax import runner
 from spade_jax.runner import UserError
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.tiny import compile_ahead, iteration
-from spade_jax.tiny.config import TinyRunConfig, typed_config
+from spade_jax.tiny.config import TinyRunConfig, tiny_config, typed_config
 from spade_jax.tiny.heldout import TinyHeldout
 from spade_jax.tiny.language import REASONS
 from spade_jax.tiny.setup import TinySetup, place
@@ -117,7 +117,8 @@ def train_tiny(config, workdir) -> dict:
       f"the tiny front end runs on one device of one process, not {jax.process_count()} "
       "processes (multi-process runs: the Python-environment loop)"
     )
-  with runner.Run(config, workdir, ("envs", "plots", "eval")) as run:  # config.json: the dict
+  # config.json: the dict; fields added since a run started resume at tiny_config()'s defaults
+  with runner.Run(config, workdir, ("envs", "plots", "eval"), defaults=tiny_config()) as run:
     return _train(typed, run)
 
 
