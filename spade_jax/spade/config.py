@@ -289,7 +289,7 @@ def loss_config(c) -> losses.LossConfig:
     norm_constant=t.norm_constant or None,
     temperature=c.agent.temperature,
     logprob_chunk=t.logprob_chunk,
-    router_aux_coef=t.get("router_aux_coef", 0.0),
+    router_aux_coef=getattr(t, "router_aux_coef", 0.0),  # the tiny front end has none
   )
 
 
