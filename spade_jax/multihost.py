@@ -12,6 +12,10 @@ holds only its addressable shards of each array.
   process must call it at the same point, as SPMD code does anyway).
 * `from_host` places host values (the same on every process) into shardings that span other
   processes' devices, where jit refuses numpy inputs.
+* `owns` / `shared_map` / `allgather_objects` split host work between the processes: item ``i``
+  is done by process ``i % process_count`` (sandboxed validation, translation, environment
+  steps), and the results, pickled, are gathered to every process, so every process continues
+  with the same values as a one-process run computes alone.
 * `is_writer` says whether this process writes the run's files (metrics, plots, config,
   environment records, transcripts): process 0 only. Checkpoints are the exception: every
   process calls orbax's save, which writes each shard once.
@@ -20,6 +24,8 @@ holds only its addressable shards of each array.
 from __future__ import annotations
 
 import functools
+import pickle
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -65,6 +71,39 @@ def initialize(args: dict | None = None) -> None:
 def is_writer() -> bool:
   """Whether this process writes the run's files (process 0)."""
   return jax.process_index() == 0
+
+
+def owns(i: int) -> bool:
+  """Whether this process does item ``i`` of work split between the processes."""
+  return int(i) % jax.process_count() == jax.process_index()
+
+
+def allgather_objects(obj: Any) -> list:
+  """Every process's ``obj`` (any picklable value), in process order, on every process (a
+  collective: every process must call it at the same point). One process: ``[obj]``."""
+  if jax.process_count() == 1:
+    return [obj]
+  from jax.experimental import multihost_utils
+
+  data = np.frombuffer(pickle.dumps(obj), np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32)))
+  buf = np.zeros(int(sizes.max()), np.uint8)
+  buf[: data.size] = data
+  gathered = np.asarray(multihost_utils.process_allgather(buf))
+  # our own processes' pickles of values this program computed: never untrusted bytes
+  return [pickle.loads(gathered[p, : int(sizes[p, 0])].tobytes()) for p in range(len(sizes))]
+
+
+def shared_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
+  """``[fn(x) for x in items]``, each item computed only by the process that `owns` its index
+  and the results gathered to all (`allgather_objects`); one process computes them all."""
+  if jax.process_count() == 1:
+    return [fn(x) for x in items]
+  mine = {i: fn(x) for i, x in enumerate(items) if owns(i)}
+  merged: dict[int, Any] = {}
+  for part in allgather_objects(mine):
+    merged.update(part)
+  return [merged[i] for i in range(len(items))]
 
 
 @functools.cache
@@ -116,4 +155,13 @@ def from_host(tree: Any, shardings: Any) -> Any:
   return jax.tree.map(one, tree, shardings)
 
 
-__all__ = ["check_args", "from_host", "initialize", "is_writer", "to_host"]
+__all__ = [
+  "allgather_objects",
+  "check_args",
+  "from_host",
+  "initialize",
+  "is_writer",
+  "owns",
+  "shared_map",
+  "to_host",
+]

@@ -24,9 +24,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import jax
 import numpy as np
 
-from spade_jax import trajectories
+from spade_jax import multihost, trajectories
 from spade_jax.engine.generate import Engine, SamplingParams
 from spade_jax.tokenizer import Tokenizer
 
@@ -72,16 +73,34 @@ class LocalEnvBatch:
 
 
 class SandboxEnvBatch:
-  """Environments living in sandbox workers (``SandboxPool.make_envs``), stepped in parallel."""
+  """Environments living in sandbox workers (``SandboxPool.make_envs``), stepped in parallel.
+
+  In a multi-process run environment ``i`` is stepped by the process that `multihost.owns` it
+  (always the same one, so its state lives there) and the results are gathered to every
+  process; each process holds instances of every environment, but steps only its share."""
 
   def __init__(self, pool, envs: Sequence[Any]):
     self.pool, self.envs = pool, list(envs)
 
   def reset(self, idx, seeds):
-    return self.pool.reset_many([self.envs[i] for i in idx], [int(s) for s in seeds])
+    return self._shared(idx, [int(s) for s in seeds], self.pool.reset_many)
 
   def step(self, idx, actions):
-    return self.pool.step_many([self.envs[i] for i in idx], list(actions))
+    return self._shared(idx, list(actions), self.pool.step_many)
+
+  def _shared(self, idx, args, call) -> list:
+    mine = [k for k, i in enumerate(idx) if multihost.owns(i)]
+    local = self._local([idx[k] for k in mine], [args[k] for k in mine], call) if mine else []
+    if jax.process_count() == 1:
+      return list(local)
+    merged: dict[int, Any] = {}
+    for part in multihost.allgather_objects(dict(zip(mine, local))):
+      merged.update(part)
+    return [merged[k] for k in range(len(idx))]
+
+  def _local(self, idx, args, call) -> list:
+    """``call`` (the pool's reset_many / step_many) on this process's environments ``idx``."""
+    return call([self.envs[i] for i in idx], args)
 
 
 @dataclasses.dataclass(frozen=True)

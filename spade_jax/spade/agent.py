@@ -365,7 +365,7 @@ def _merge(n: int, parts) -> host_rollout.EpisodeResult:
 class _InstanceBatch(host_rollout.SandboxEnvBatch):
   """Episodes addressed by index over a list that may hold load errors (reported per call)."""
 
-  def _split(self, idx, args, call):
+  def _local(self, idx, args, call):
     out = [None] * len(idx)
     live = [k for k, i in enumerate(idx) if not isinstance(self.envs[i], EnvError)]
     for k, i in enumerate(idx):
@@ -376,9 +376,3 @@ class _InstanceBatch(host_rollout.SandboxEnvBatch):
       for k, r in zip(live, results):
         out[k] = r
     return out
-
-  def reset(self, idx, seeds):
-    return self._split(idx, [int(s) for s in seeds], self.pool.reset_many)
-
-  def step(self, idx, actions):
-    return self._split(idx, list(actions), self.pool.step_many)

@@ -244,19 +244,25 @@ class Designer:
         params=params,
       )
       timing["generate"] += time.perf_counter() - t
+      texts = [
+        self.tok.decode(resp[:-1] if done else resp) for resp, done in zip(out.tokens, out.finished)
+      ]
+      t = time.perf_counter()
+      # each process validates its share of the samples (one process: all), the reports are
+      # gathered to every process
+      reports = multihost.shared_map(
+        lambda text: self._copy_report(text, memory) or validation.validate(text, self.validator),
+        texts,
+      )
+      timing["validate"] += time.perf_counter() - t
       for k, g in enumerate(todo):
-        resp = out.tokens[k]
-        text = self.tok.decode(resp[:-1] if out.finished[k] else resp)
-        t = time.perf_counter()
-        report = self._copy_report(text, memory)
-        report = report or validation.validate(text, self.validator)
+        resp, text, report = out.tokens[k], texts[k], reports[k]
         if report.valid and report.kind != cfg.kind:
           report.valid, report.stage = False, "static"
           report.reason = (
             f"a {report.kind} environment where the {cfg.setting} setting needs a {cfg.kind} "
             "environment"
           )
-        timing["validate"] += time.perf_counter() - t
         stages[report.stage] = stages.get(report.stage, 0) + 1
         stem = f"step{gen_step:06d}_game{g:02d}_attempt{attempt}"
         self._record(f"{stem}.py", report.source or text)
@@ -393,19 +399,25 @@ class Designer:
       seed=seed,
       params=params,
     )
-    hint_s, translate_s = time.perf_counter() - t, 0.0
+    hint_s = time.perf_counter() - t
     for k, g in enumerate(games):
       resp = out.tokens[k]
       g.hint = prompts.parse_hint(self.tok.decode(resp[:-1] if out.finished[k] else resp))
-      t = time.perf_counter()
-      if g.kind == "tool":
-        tr = {"translated": False, "translation_reason": "tool environments run on the host"}
-      else:
-        tr = _translate(g.source, self.tok, g.hint, self.translate_seeds)
+    t = time.perf_counter()
+    # each process translates and checks its share of the games, the results are gathered
+    translations = multihost.shared_map(
+      lambda g: (
+        {"translated": False, "translation_reason": "tool environments run on the host"}
+        if g.kind == "tool"
+        else _translate(g.source, self.tok, g.hint, self.translate_seeds)
+      ),
+      games,
+    )
+    translate_s = time.perf_counter() - t
+    for g, tr in zip(games, translations):
       g.translated = bool(tr.get("translated", False))
       g.translation_reason = str(tr.get("translation_reason", ""))
       g.program = tr.get("program")
-      translate_s += time.perf_counter() - t
       self.update_record(
         g.file, hint=g.hint, translated=g.translated, translation_reason=g.translation_reason
       )
