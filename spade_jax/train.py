@@ -100,7 +100,7 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.spade import corpus as corpus_lib
   from spade_jax.spade import prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
-  from spade_jax.spade.designer import Designer, DesignerConfig, seed_memory
+  from spade_jax.spade.designer import Designer, seed_memory
   from spade_jax.spade.loop import LoopConfig, SpadeLoop
   from spade_jax.spade.memory import EnvMemory
 
@@ -145,20 +145,7 @@ def _train(config, run: runner.Run) -> dict:
   designer = Designer(
     engine,
     tok,
-    DesignerConfig(
-      num_games=s.num_games,
-      max_attempts=s.max_attempts,
-      temperature=config.designer.temperature,
-      top_p=config.designer.top_p,
-      top_k=config.designer.top_k,
-      max_new_tokens=config.designer.max_new_tokens,
-      hint_temperature=config.designer.hint_temperature,
-      hint_max_new_tokens=config.designer.hint_max_new_tokens,
-      use_memory=s.memory,
-      setting=config.setting,
-      tool_difficulties=tuple(spade_config.tool_difficulties(config)),
-      multi_instruction=config.designer.multi_instruction,
-    ),
+    spade_config.designer_config(config),
     validator,
     workdir / "envs",
     translate_seeds=config.spade.translate_seeds,

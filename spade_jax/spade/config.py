@@ -274,6 +274,27 @@ def loss_problems(train) -> list[str]:
   return out
 
 
+def designer_config(c):
+  """The designer's settings of a Python-environment config (`spade.designer.DesignerConfig`)."""
+  from spade_jax.spade.designer import DesignerConfig
+
+  s = c.spade
+  return DesignerConfig(
+    num_games=s.num_games,
+    max_attempts=s.max_attempts,
+    temperature=c.designer.temperature,
+    top_p=c.designer.top_p,
+    top_k=c.designer.top_k,
+    max_new_tokens=c.designer.max_new_tokens,
+    hint_temperature=c.designer.hint_temperature,
+    hint_max_new_tokens=c.designer.hint_max_new_tokens,
+    use_memory=s.memory,
+    setting=c.setting,
+    tool_difficulties=tuple(tool_difficulties(c)),
+    multi_instruction=c.designer.multi_instruction,
+  )
+
+
 def loss_config(c) -> losses.LossConfig:
   """The policy loss of a config (base or tiny): its ``train`` keys, sampled at the agent's
   temperature (the trainer recomputes log-probs at the sampling temperature)."""
