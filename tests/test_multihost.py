@@ -8,10 +8,11 @@ in-loop evaluation) on a data=2 x fsdp=4 mesh as 1 process x 8 devices, then as 
 rerun resumes from the 2-process checkpoint, and the metrics and records equal the 1-process
 run's. The data axis spans the processes, so the sampler's decode state is split between
 them and its host reads go through `multihost.to_host` (with `jax.device_get` this run fails).
-The tiny front end (`tiny.py:smoke`) runs on one device of one process and refuses several
-processes (tested here); the Python-environment loop is the multi-process path.
+The tiny front end (`tiny.py:smoke`) runs as 2 processes too: the same one-device program on
+one device of each, equal to the one-process golden file, and resumed from its checkpoint.
 """
 
+import json
 import os
 import signal
 import socket
@@ -44,9 +45,15 @@ def free_port() -> int:
 def launch(policy_dirs, workdir: Path, kill_after: str | None = None) -> None:
   """The driver as 2 processes of 4 CPU devices each; raises with the logs' tails if one fails.
   With ``kill_after``, both are SIGKILLed a second after ``workdir / kill_after`` appears."""
+  args = [DRIVER, *policy_dirs, f"--workdir={workdir}", f"--config.mesh.shape={MESH}"]
+  launch_args(args, workdir, kill_after)
+
+
+def launch_args(args: list[str], workdir: Path, kill_after: str | None = None) -> None:
+  """``python ARGS --num_processes=2 --process_id=I --coordinator_address=...`` as 2 processes
+  of 4 CPU devices each, as `launch` says."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  base = [sys.executable, DRIVER, *policy_dirs, f"--workdir={workdir}"]
-  base += [f"--config.mesh.shape={MESH}", "--num_processes=2"]
+  base = [sys.executable, *args, "--num_processes=2"]
   base += [f"--coordinator_address=localhost:{free_port()}"]
   logs = [workdir.parent / f"{workdir.name}.{i}.log" for i in range(2)]
   procs = []
@@ -189,17 +196,31 @@ def test_to_host_in_one_process_is_device_get():
   np.testing.assert_array_equal(got["sharded"], np.arange(64.0).reshape(8, 8))
 
 
-def test_tiny_front_end_refuses_several_processes(tmp_path, monkeypatch):
-  from spade_jax.runner import UserError
-  from spade_jax.tiny.train import train_tiny
+def test_tiny_two_processes_equal_the_golden_smoke_and_resume(tmp_path):
+  """`tiny.py:smoke` as 2 processes x 4 devices (the same one-device program on one device of
+  each), SIGKILLed inside step 2 once step 1 is checkpointed and rerun: the rerun resumes from
+  the 2-process checkpoint, and the warm start and every step equal the one-process golden file
+  (tests/golden/tiny_smoke_metrics.jsonl, test_tiny_train.py) exactly; process 0 alone wrote
+  the records."""
+  import test_tiny_train
 
-  sys.path.insert(0, str(ROOT / "experiments" / "configs"))
-  import tiny
-
-  monkeypatch.setattr(jax, "process_count", lambda: 2)
-  with pytest.raises(UserError, match="one process"):
-    train_tiny(tiny.get_config("smoke"), tmp_path / "w")
-  assert not (tmp_path / "w").exists()
+  run = tmp_path / "run"
+  args = ["experiments/run.py", test_tiny_train.SMOKE, f"--workdir={run}"]
+  launch_args(args, run, kill_after="checkpoints/2")  # killed inside step 2
+  assert [r["step"] for r in metrics.read_metrics(run / "metrics.jsonl")] == [0, 1]
+  warm = (run / "warm_start.json").stat().st_mtime_ns
+  launch_args(args, run)  # resumes at step 2 (compiled programs from the persistent cache)
+  assert (run / "warm_start.json").stat().st_mtime_ns == warm
+  rows = test_tiny_train.golden_rows(run)
+  golden = [json.loads(x) for x in test_tiny_train.GOLDEN.read_text().splitlines()]
+  assert len(rows) == len(golden)
+  for got, want in zip(rows, golden):
+    diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+    assert not diff, f"step {want['step']}: (2 processes, golden) {diff}"
+  assert sorted(p.name for p in (run / "eval").iterdir()) == [
+    f"step{s:06d}.jsonl" for s in (0, 2, 3)
+  ]
+  assert len(list((run / "envs").iterdir())) > 0
 
 
 SHARE_SCRIPT = """
@@ -237,7 +258,6 @@ def test_shared_map_splits_work_between_processes_and_gathers_it(tmp_path):
   outs = [p.communicate(timeout=240) for p in procs]
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-2000:]
-  import json
 
   results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
   expected = [{"square": x * x, "text": "x" * x} for x in range(7)]

@@ -68,7 +68,7 @@ GOLDEN = REPO / "tests" / "golden" / "tiny_smoke_metrics.jsonl"
 RECORD_GOLDEN = "SPADE_RECORD_GOLDEN"
 
 
-def _golden_rows(workdir) -> list[dict]:
+def golden_rows(workdir) -> list[dict]:
   """The smoke run's every non-timing number: the warm start's summary, then each step's row."""
   warm = json.loads((workdir / "warm_start.json").read_text())
   warm = {"step": "warm_start", **{k: v for k, v in warm.items() if not k.startswith("perf/")}}
@@ -80,7 +80,7 @@ def test_smoke_metrics_equal_the_golden_file(smoke_run):
   purpose (``SPADE_RECORD_GOLDEN=1 python -m pytest tests/test_tiny_train.py -k golden``), and
   docs/tiny and the README's numbers with it. The test session caps XLA's CPU instruction set
   (conftest, `spade_jax.xla_cpu`), so the file holds on any x86-64 machine with AVX2."""
-  rows = _golden_rows(smoke_run[0])
+  rows = golden_rows(smoke_run[0])
   if os.environ.get(RECORD_GOLDEN) == "1":
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

@@ -23,10 +23,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 from flax import nnx
 
+from spade_jax import multihost
 from spade_jax.envs.ir import assembly
 from spade_jax.envs.library import HELDOUT_FAMILIES
 from spade_jax.rollout.device import DeviceRollout
@@ -134,7 +134,7 @@ class TinyHeldout:
     written there, so two evaluations can be compared episode by episode (the same episodes
     every time: `spade_jax.tiny.analysis.trends` pairs them)."""
     out = self.device(self.programs, self.seeds, [False] * len(self.programs), params=params)
-    solved = np.asarray(jax.device_get(out.solved_B))
+    solved = np.asarray(multihost.to_host(out.solved_B))
     if path is not None:
       rows = zip(self.families, self.groups, self.seeds, solved.tolist())
       Path(path).write_text(

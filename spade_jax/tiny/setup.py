@@ -10,7 +10,9 @@ import jax
 import ml_collections
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from spade_jax import multihost
 from spade_jax.envs.ir.parse import make_parse_tables
 from spade_jax.envs.ir.program import stack_programs
 from spade_jax.envs.library import FAMILIES
@@ -192,5 +194,33 @@ def place(tree):
   cache. Committed inputs also give the jitted iteration the cache key of one lowered ahead of
   time from `ShapeDtypeStruct`s with these shardings; uncommitted step inputs lower without
   their `sdy.sharding` and miss it (a two-process probe, d12a6e5: BUILD_NOTES.md, "Deleted
-  probes", tiny_cache_key)."""
-  return jax.device_put(tree, jax.devices()[0])
+  probes", tiny_cache_key).
+
+  A run of several processes (`spade_jax.multihost`) runs the same one-device program on one
+  device of each process: the tree becomes global arrays replicated over those devices (process
+  ``p``'s first device), each process filling its own copy from its host value (every process
+  computes the same values), so every step computes what a one-process run computes, with no
+  collective inside the iteration, and checkpoints write each array once."""
+  if jax.process_count() == 1:
+    return jax.device_put(tree, jax.devices()[0])
+  spans = _run_sharding()
+  return multihost.from_host(
+    jax.tree.map(_host_value, multihost.to_host(tree)), jax.tree.map(lambda _: spans, tree)
+  )
+
+
+def _run_sharding() -> NamedSharding:
+  """The placement of a tiny run's arrays: ``jax.devices()[0]`` in one process, replicated over
+  the first device of every process in several."""
+  firsts = {}
+  for d in sorted(jax.devices(), key=lambda d: d.id):
+    firsts.setdefault(d.process_index, d)
+  devices = np.asarray([firsts[p] for p in sorted(firsts)], dtype=object)
+  return NamedSharding(Mesh(devices, ("process",)), PartitionSpec())
+
+
+def _host_value(x):
+  """A host leaf as the numpy array jax would make of it (64-bit Python numbers narrowed as
+  jax narrows them without x64)."""
+  x = np.asarray(x)
+  return x.astype(jax.dtypes.canonicalize_dtype(x.dtype))

@@ -8,8 +8,9 @@ fetch is the iteration's only host sync. The host then writes metrics, the envir
 every ``eval.every`` steps it writes the held-out results episode by episode to
 ``workdir/eval/stepNNNNNN.jsonl`` (NNNNNN: updates the evaluated policy has had).
 Checkpoints hold the train state and the pool carry (device) plus memory, records of the pool
-and the step (host), so a killed run resumes exactly. The whole run lives on one device of one
-process: a multi-process start (`spade_jax.multihost`) is refused.
+and the step (host), so a killed run resumes exactly. The whole run lives on one device; a run
+of several processes (`spade_jax.multihost`) computes the same on one device of each (`place`)
+and process 0 alone writes the run's files.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from spade_jax import runner
+from spade_jax import multihost, runner
 from spade_jax.runner import UserError
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.tiny import compile_ahead, iteration
@@ -49,14 +50,15 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
       if entry is None or not prev["trained_G"][g]:
         continue
       path = envs / entry["file"]
-      d = json.loads(path.read_text())
-      d.update(
-        regret=float(prev["regret_G"][g]),
-        win_rate=float(prev["win_rate_G"][g]),
-        designer_reward=float(prev["reward_G"][g]),
-        trained_at_step=step,
-      )
-      path.write_text(json.dumps(d, indent=1))
+      if multihost.is_writer() and path.exists():  # records_per_step may have left it out
+        d = json.loads(path.read_text())
+        d.update(
+          regret=float(prev["regret_G"][g]),
+          win_rate=float(prev["win_rate_G"][g]),
+          designer_reward=float(prev["reward_G"][g]),
+          trained_at_step=step,
+        )
+        path.write_text(json.dumps(d, indent=1))
       if host.get("memory") is not None:
         host["memory"].add(
           source=entry["program"],
@@ -90,7 +92,7 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
       difficulty_bits=float(rec["bits_G"][g]),
     )
     file = f"step{step:06d}_game{g:02d}.json"
-    if g < setup.config.records_per_step:
+    if g < setup.config.records_per_step and multihost.is_writer():
       (envs / file).write_text(json.dumps(d, indent=1))
     pool.append(
       dict(file=file, program=text, skill=names[g], step=step)
@@ -100,10 +102,10 @@ def _write_records(setup: TinySetup, workdir: Path, step: int, out: dict, host: 
   host["pool"] = pool
 
 
-def _eval_path(workdir: Path, updates: int) -> Path:
+def _eval_path(workdir: Path, updates: int) -> Path | None:
   """Per-episode held-out results of the policy after ``updates`` updates (the SPADE loop's
-  ``eval/stepNNNNNN.jsonl`` naming)."""
-  return workdir / "eval" / f"step{updates:06d}.jsonl"
+  ``eval/stepNNNNNN.jsonl`` naming); ``None`` (not written) on processes other than 0."""
+  return workdir / "eval" / f"step{updates:06d}.jsonl" if multihost.is_writer() else None
 
 
 def train_tiny(config, workdir) -> dict:
@@ -112,11 +114,6 @@ def train_tiny(config, workdir) -> dict:
     typed = typed_config(config)
   except ValueError as e:
     raise UserError(str(e)) from e
-  if jax.process_count() > 1:  # `place` puts everything on jax.devices()[0], process 0's
-    raise UserError(
-      f"the tiny front end runs on one device of one process, not {jax.process_count()} "
-      "processes (multi-process runs: the Python-environment loop)"
-    )
   # config.json: the dict; fields added since a run started resume at tiny_config()'s defaults
   with runner.Run(config, workdir, ("envs", "plots", "eval"), defaults=tiny_config()) as run:
     return _train(typed, run)
@@ -126,6 +123,8 @@ def _train(config: TinyRunConfig, run: runner.Run) -> dict:
   workdir = run.workdir
   if config.compile_ahead:
     compile_ahead.cache_dir(workdir)  # set before the first compile; also serves a resume
+  # the child compiles for one process's one device: useless to a run of several processes
+  ahead_of_time = config.compile_ahead and jax.process_count() == 1
   setup = TinySetup(config)
   graphdef, state, carry = setup.init_state()
   memory = EnvMemory() if config.spade.memory else None
@@ -143,7 +142,7 @@ def _train(config: TinyRunConfig, run: runner.Run) -> dict:
     if start == 0 and config.warm_start.steps > 0:
       from spade_jax.tiny.warmstart import warm_start
 
-      if config.compile_ahead:  # the big programs compile in a child meanwhile
+      if ahead_of_time:  # the big programs compile in a child meanwhile
         ahead = compile_ahead.AheadOfTime(workdir)
       t = time.perf_counter()
       state, warm = warm_start(graphdef, state, setup)
@@ -152,7 +151,8 @@ def _train(config: TinyRunConfig, run: runner.Run) -> dict:
         report = ahead.wait()
         warm["perf/compile_ahead_wait_s"] = time.perf_counter() - t - warm["perf/warm_start_s"]
         warm["perf/compile_ahead_ok"] = report["ok"]
-      (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
+      if multihost.is_writer():
+        (workdir / "warm_start.json").write_text(json.dumps(warm, indent=1))
   finally:
     if ahead is not None:
       ahead.kill()
@@ -176,7 +176,7 @@ def _train(config: TinyRunConfig, run: runner.Run) -> dict:
       state, carry, out = iteration.iterate(
         graphdef, state, carry, inputs, spec=setup.spec, regen=regen
       )
-    out = jax.device_get(out)  # the iteration's one host sync
+    out = multihost.to_host(out)  # the iteration's one host sync
     row.update(_scalars(out))
     dt = time.perf_counter() - t0
     row["perf/step_s"] = dt
