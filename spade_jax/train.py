@@ -179,6 +179,7 @@ def _train(config, run: runner.Run) -> dict:
     dynamic_sampling=config.train.dynamic_sampling,
     dynamic_rounds=config.train.dynamic_sampling_rounds,
     framing=framing,
+    wave=config.agent.wave_size,
   )
   reward_cfg = rewards.DesignerRewardConfig(variant=s.reward, scale_cap=s.reward_scale_cap)
   memory = EnvMemory() if s.memory else None

@@ -1,5 +1,6 @@
 """The optimizer chain against hand-computed AdamW steps, decay masks and schedules."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -84,3 +85,31 @@ def test_config_validation():
     opt.OptimizerConfig(name="sgd")
   with pytest.raises(ValueError, match="decay_steps"):
     opt.OptimizerConfig(schedule="cosine")
+
+
+def test_bfloat16_moments_are_stored_narrow_and_track_float32_adam():
+  """``moments_dtype="bfloat16"``: Adam's moments live in bfloat16 (the step count stays an
+  integer), and ten steps stay within bfloat16 rounding of the float32 optimizer's."""
+  kw = dict(learning_rate=0.01, weight_decay=0.1, grad_clip_norm=1.0)
+  wide = opt.make_optimizer(opt.OptimizerConfig(**kw))
+  narrow = opt.make_optimizer(opt.OptimizerConfig(**kw, moments_dtype="bfloat16"))
+  rng = np.random.default_rng(0)
+  params = {"w": jnp.asarray(rng.normal(size=(4, 8)), jnp.float32)}
+  state_w, state_n = wide.init(params), narrow.init(params)
+  leaves = {str(x.dtype) for x in jax.tree.leaves(state_n)}
+  assert leaves == {"bfloat16", "int32"}, leaves
+  p_w, p_n = params, params
+  for _ in range(10):
+    g = {"w": jnp.asarray(rng.normal(size=(4, 8)), jnp.float32)}
+    u_w, state_w = wide.update(g, state_w, p_w)
+    u_n, state_n = narrow.update(g, state_n, p_n)
+    p_w, p_n = optax.apply_updates(p_w, u_w), optax.apply_updates(p_n, u_n)
+  assert p_n["w"].dtype == jnp.float32
+  step_size = float(jnp.abs(p_w["w"] - params["w"]).mean())
+  assert float(jnp.abs(p_n["w"] - p_w["w"]).max()) < 0.05 * step_size
+  assert not np.array_equal(np.asarray(p_n["w"]), np.asarray(p_w["w"]))  # it did round
+
+
+def test_unknown_moments_dtype_is_refused():
+  with pytest.raises(ValueError, match="moments_dtype"):
+    opt.OptimizerConfig(moments_dtype="float16")

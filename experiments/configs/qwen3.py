@@ -49,6 +49,9 @@ def get_config(arg: str = "size=4b"):
   if size == "8b":
     c.designer.max_new_tokens = 20000
   c.train.micro_batches = 8
+  # 384 episodes at once do not fit any target; 32 per wave fit 4B and 8B on 8xH100 and on a
+  # TPU v5p-8 (README, "Memory plans")
+  c.agent.wave_size = 32
   c.mesh.shape = (1, -1, 1)
   c.sandbox.workers = 16
   c.eval.every = 20

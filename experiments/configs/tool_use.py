@@ -137,6 +137,7 @@ def get_config(arg: str = "size=4b"):
     c.designer.hint_max_new_tokens = 2048  # the recipe's HINT_MAX_TOKENS
     c.steps = 400
     c.train.micro_batches = 8
+    c.agent.wave_size = 32  # as qwen3.py: all episodes at once fit no target
     c.sandbox.workers = 16
     c.eval.every = 20
   c.spade.reward = args.get("reward", c.spade.reward)

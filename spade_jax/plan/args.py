@@ -142,7 +142,9 @@ def default_shapes(config, args) -> Shapes:
   if not seq:
     seq = _pow2(max(config.designer.max_context, agent_context(config)))
   s = config.spade
-  sample_batch = args.sample_batch or s.num_games * (s.plays + s.hint_plays)
+  episodes = s.num_games * (s.plays + s.hint_plays)
+  wave = int(config.agent.wave_size)  # episodes sampled at once (0: all)
+  sample_batch = args.sample_batch or (min(wave, episodes) if wave else episodes)
   context = args.context or agent_context(config)
   prompt = args.prompt or min(
     int(config.agent.device_prompt_len) if config.setting == "games" else 1024, context // 2

@@ -85,16 +85,23 @@ class AgentPlayer:
     dynamic_sampling: bool = False,
     dynamic_rounds: int = 3,
     framing=None,
+    wave: int = 0,
   ):
     """``device``: a `rollout.device.DeviceRollout` for translated games (None: all on host).
     ``advantage``: `rl.advantages.MODES`; ``dynamic_sampling``, ``dynamic_rounds``: DAPO's
     filter and refill (module docstring). ``framing``: the chat framing of host episodes (None:
     the games' `ChatFraming` with the agent system prompt; the tool-use setting passes a
-    `rollout.tool_chat.ToolChatFraming`)."""
+    `rollout.tool_chat.ToolChatFraming`). ``wave``: at most this many episodes are sampled at
+    once (host and device rollouts each play their episodes in consecutive waves of ``wave``,
+    wave ``w > 0`` sampling with its own derived seed; 0: all at once), what bounds the
+    sampler's cache memory (``python -m spade_jax.plan --sample_batch``)."""
     if advantage not in advantages.MODES:
       raise ValueError(f"advantage={advantage!r}; expected one of {advantages.MODES}")
     if dynamic_rounds < 1:
       raise ValueError(f"dynamic_rounds must be >= 1, got {dynamic_rounds}")
+    if wave < 0:
+      raise ValueError(f"wave must be >= 0 (0: every episode at once), got {wave}")
+    self.wave = wave
     self.advantage = advantage
     self.dynamic_sampling, self.dynamic_rounds = dynamic_sampling, dynamic_rounds
     self.engine, self.tok, self.rollout, self.pool = engine, tok, rollout, pool
@@ -264,46 +271,59 @@ class AgentPlayer:
 
   def _run(self, episodes, seeds, sample_seed: int, params) -> host_rollout.EpisodeResult:
     """Plays ``episodes`` ``(game, play, hinted)``: on device where the game's program is
-    loaded there, on the host otherwise; one result in episode order."""
-    P = self.plays
+    loaded there, on the host otherwise, each in waves of at most ``self.wave``; one result in
+    episode order."""
     parts = []
     host = [i for i, (g, _, _) in enumerate(episodes) if g not in self.on_device]
     dev = [i for i, (g, _, _) in enumerate(episodes) if g in self.on_device]
-    if host:
-      instances = [
-        self._instances[g][p + (P if hinted else 0)] for g, p, hinted in (episodes[i] for i in host)
-      ]
-      hints = [self.games[episodes[i][0]].hint if episodes[i][2] else None for i in host]
-
-      def first_message(k, obs):
-        return prompts.attach_hint(obs, hints[k]) if hints[k] else obs
-
-      t = time.perf_counter()
-      res = host_rollout.play(
-        self.engine,
-        self.tok,
-        self.framing,
-        _InstanceBatch(self.pool, instances),
-        [seeds[i] for i in host],
-        first_message,
-        self.rollout,
-        seed=sample_seed,
-        params=params,
-      )
-      self._seconds["host"] += time.perf_counter() - t
-      parts.append((host, res))
-    if dev:
-      t = time.perf_counter()
-      out = self.device(
-        [self.games[episodes[i][0]].program for i in dev],
-        [seeds[i] for i in dev],
-        [episodes[i][2] for i in dev],
-        seed=sample_seed,
-        params=params,
-      )
-      parts.append((dev, out.episodes(self.tok, self.framing)))
-      self._seconds["device"] += time.perf_counter() - t
+    size = self.wave or max(len(host), len(dev), 1)
+    for w, at in enumerate(range(0, len(host), size)):
+      wave_seed = sample_seed if w == 0 else derive_seed(sample_seed, w)
+      parts.append(self._run_host(episodes, host[at : at + size], seeds, wave_seed, params))
+    for w, at in enumerate(range(0, len(dev), size)):
+      wave_seed = sample_seed if w == 0 else derive_seed(sample_seed, w)
+      parts.append(self._run_device(episodes, dev[at : at + size], seeds, wave_seed, params))
     return _merge(len(episodes), parts)
+
+  def _run_host(self, episodes, host, seeds, sample_seed: int, params) -> tuple:
+    """``(host, result)``: episodes ``host`` played by the host rollout."""
+    P = self.plays
+    instances = [
+      self._instances[g][p + (P if hinted else 0)] for g, p, hinted in (episodes[i] for i in host)
+    ]
+    hints = [self.games[episodes[i][0]].hint if episodes[i][2] else None for i in host]
+
+    def first_message(k, obs):
+      return prompts.attach_hint(obs, hints[k]) if hints[k] else obs
+
+    t = time.perf_counter()
+    res = host_rollout.play(
+      self.engine,
+      self.tok,
+      self.framing,
+      _InstanceBatch(self.pool, instances),
+      [seeds[i] for i in host],
+      first_message,
+      self.rollout,
+      seed=sample_seed,
+      params=params,
+    )
+    self._seconds["host"] += time.perf_counter() - t
+    return host, res
+
+  def _run_device(self, episodes, dev, seeds, sample_seed: int, params) -> tuple:
+    """``(dev, result)``: episodes ``dev`` played by the on-device rollout."""
+    t = time.perf_counter()
+    out = self.device(
+      [self.games[episodes[i][0]].program for i in dev],
+      [seeds[i] for i in dev],
+      [episodes[i][2] for i in dev],
+      seed=sample_seed,
+      params=params,
+    )
+    res = out.episodes(self.tok, self.framing)
+    self._seconds["device"] += time.perf_counter() - t
+    return dev, res
 
 
 def _tool_metrics(res: host_rollout.EpisodeResult, episodes) -> dict:

@@ -88,6 +88,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.agent.device_rollout = True
   c.agent.device_context = 4096
   c.agent.device_prompt_len = 1024
+  # episodes sampled at once (host and device rollouts each play in waves of this size), what
+  # bounds the sampler's cache memory (`python -m spade_jax.plan`); 0: every episode at once
+  c.agent.wave_size = 0
 
   c.sandbox = ml_collections.ConfigDict()
   c.sandbox.workers = 4
@@ -105,6 +108,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.b2 = 0.98
   c.train.weight_decay = 0.1
   c.train.grad_clip_norm = 1.0
+  c.train.moments_dtype = "float32"  # Adam's moments; "bfloat16" halves them (30B-A3B)
   c.train.eps_low = 0.2
   c.train.eps_high = 0.28
   c.train.tis_cap = 2.0
@@ -340,4 +344,5 @@ def optimizer_config(c):
     b2=c.train.b2,
     weight_decay=c.train.weight_decay,
     grad_clip_norm=c.train.grad_clip_norm or None,
+    moments_dtype=c.train.moments_dtype,
   )
