@@ -1,7 +1,8 @@
-"""`agent.wave_size`: the agent's episodes are sampled in waves of at most that many, on the host
-and on device alike, and merged back in episode order. The rollouts are scripted (a fake
-`rollout.host.play` and a fake device rollout), so the test sees exactly what each wave is given
-and that each episode's result lands at its index."""
+"""Sampling in waves. `agent.wave_size`: the agent's episodes are sampled in waves of at most that
+many, on the host and on device alike, and merged back in episode order. `designer.wave_size`:
+the designer's (and the hint writer's) prompts likewise. The rollouts and the engine are
+scripted, so the tests see exactly what each wave is given and that each result lands at its
+index."""
 
 import numpy as np
 import pytest
@@ -82,3 +83,59 @@ def test_negative_wave_is_refused(monkeypatch):
   monkeypatch.setattr(agent_lib.ChatFraming, "from_tokenizer", lambda tok, system=None: None)
   with pytest.raises(ValueError, match="wave must be >= 0"):
     agent_lib.AgentPlayer(None, None, None, None, plays=3, hint_plays=0, wave=-1)
+
+
+class _Engine:
+  """A scripted engine: each sequence's reply is its prompt's first token and the wave's seed."""
+
+  def __init__(self):
+    self.waves = []
+
+  def bucket(self, n):
+    return 64
+
+  def init(self, prompts, *, max_new_tokens, cache_size, stop_token_ids, seed, params):
+    self.waves.append((len(prompts), seed))
+    return [(p[0], seed) for p in prompts]
+
+  def run(self, state, sampling, params=None):
+    assert sampling.temperature_B.shape[0] == len(state)  # sampling settings per wave
+    return state
+
+  def outputs(self, state):
+    from spade_jax.engine.generate import GenerateOutput
+
+    n = len(state)
+    return GenerateOutput(
+      tokens=[[first, seed] for first, seed in state],
+      logprobs=[[-1.0, -1.0]] * n,
+      loss_mask=[[1, 1]] * n,
+      finished=[False] * n,
+      stop_reason=["length"] * n,
+    )
+
+
+class _Tok:
+  eos_ids = (0,)
+
+  def apply_chat_template(self, conversation):
+    return [conversation[0]["content"], 1, 2]
+
+
+@pytest.mark.parametrize("wave", [0, 2, 3, 7])
+def test_designer_samples_in_waves(tmp_path, wave):
+  from spade_jax.envs.sandbox.validate import ValidatorConfig
+  from spade_jax.spade.designer import Designer, DesignerConfig
+
+  engine = _Engine()
+  designer = Designer(
+    engine, _Tok(), DesignerConfig(wave_size=wave), ValidatorConfig(), tmp_path, max_context=64
+  )
+  convs = [[{"role": "user", "content": 100 + i}] for i in range(7)]
+  kw = dict(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=8, params=None)
+  prompts, out = designer._sample(convs, seed=11, **kw)
+  size = wave or 7
+  sizes = [min(size, 7 - at) for at in range(0, 7, size)]
+  assert engine.waves == [(n, 11 if w == 0 else derive_seed(11, w)) for w, n in enumerate(sizes)]
+  assert [t[0] for t in out.tokens] == [100 + i for i in range(7)]  # in prompt order
+  assert len(out.stop_reason) == len(out.finished) == 7 and len(prompts) == 7

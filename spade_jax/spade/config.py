@@ -74,6 +74,8 @@ def base_config() -> ml_collections.ConfigDict:
   # the prompts asks for a multi-instruction (BFCL multi-turn style) environment
   c.designer.tool_difficulties = "easy,medium,hard"
   c.designer.multi_instruction = 0.5
+  # prompts sampled at once (designer and hint generation in waves of this many); 0: all
+  c.designer.wave_size = 0
 
   c.agent = ml_collections.ConfigDict()
   c.agent.temperature = 0.6
@@ -296,6 +298,7 @@ def designer_config(c):
     setting=c.setting,
     tool_difficulties=tuple(tool_difficulties(c)),
     multi_instruction=c.designer.multi_instruction,
+    wave_size=c.designer.wave_size,
   )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from spade_jax import multihost
-from spade_jax.engine.generate import Engine, SamplingParams
+from spade_jax.engine.generate import Engine, GenerateOutput, SamplingParams
 from spade_jax.envs.sandbox import validate as validation
 from spade_jax.spade import observe, prompts, tool_prompts
 from spade_jax.spade.corpus import CorpusSampler
@@ -50,11 +50,23 @@ class DesignerConfig:
   setting: str = "games"  # or "tool_use" (spade.config.SETTINGS)
   tool_difficulties: tuple[str, ...] = ("easy", "medium", "hard")  # cycled over game slots
   multi_instruction: float = 0.5  # share of tool prompts asking for multi-instruction tasks
+  # prompts sampled at once (designer and hint generation run in waves of this many; wave 0
+  # with the call's seed, wave w with derive_seed(seed, w)); 0: all at once
+  wave_size: int = 0
 
   @property
   def kind(self) -> str:
     """The environment kind this setting's designer must write ("game" or "tool")."""
     return "tool" if self.setting == "tool_use" else "game"
+
+
+def _concat(outs: list[GenerateOutput]) -> GenerateOutput:
+  """One `GenerateOutput` of consecutive waves' outputs."""
+  if len(outs) == 1:
+    return outs[0]
+  return GenerateOutput(
+    **{f.name: [x for o in outs for x in getattr(o, f.name)] for f in dataclasses.fields(outs[0])}
+  )
 
 
 @dataclasses.dataclass
@@ -183,19 +195,21 @@ class Designer:
         f"a designer prompt of {longest} tokens leaves no room to generate "
         f"(max_context={self.max_context}); shorten the grounding document"
       )
-    state = self.engine.init(
-      prompts_ids,
-      max_new_tokens=max_new_tokens,
-      cache_size=min(cache, self.max_context),
-      stop_token_ids=list(self.tok.eos_ids),
-      seed=seed,
-      params=params,
-    )
-    sampling = SamplingParams.make(
-      len(prompts_ids), temperature=temperature, top_p=top_p, top_k=top_k
-    )
-    out = self.engine.outputs(self.engine.run(state, sampling, params=params))
-    return prompts_ids, out
+    size = self.cfg.wave_size or len(prompts_ids)
+    outs = []
+    for w, at in enumerate(range(0, len(prompts_ids), size)):
+      wave = prompts_ids[at : at + size]
+      state = self.engine.init(
+        wave,
+        max_new_tokens=max_new_tokens,
+        cache_size=min(cache, self.max_context),
+        stop_token_ids=list(self.tok.eos_ids),
+        seed=seed if w == 0 else derive_seed(seed, w),
+        params=params,
+      )
+      sampling = SamplingParams.make(len(wave), temperature=temperature, top_p=top_p, top_k=top_k)
+      outs.append(self.engine.outputs(self.engine.run(state, sampling, params=params)))
+    return prompts_ids, _concat(outs)
 
   def design(
     self,
