@@ -53,7 +53,7 @@ def get_config(arg: str = "size=4b"):
   # TPU v5p-8 (README, "Memory plans")
   c.agent.wave_size = 32
   # the designer's 24 prompts x 32k slots at once: 72.3 GiB on 8xH100 for 4B, 82.4 for 8B
-  c.designer.wave_size = 12
+  c.designer.wave_size = 8
   c.mesh.shape = (1, -1, 1)
   c.sandbox.workers = 16
   c.eval.every = 20

@@ -138,7 +138,7 @@ def get_config(arg: str = "size=4b"):
     c.steps = 400
     c.train.micro_batches = 8
     c.agent.wave_size = 32  # as qwen3.py: all episodes at once fit no target
-    c.designer.wave_size = 12  # as qwen3.py
+    c.designer.wave_size = 8  # as qwen3.py
     c.sandbox.workers = 16
     c.eval.every = 20
   c.spade.reward = args.get("reward", c.spade.reward)
