@@ -142,3 +142,34 @@ def test_on_device_multi_turn_loop_equals_host_loop():
   assert device.tokens == host.tokens
   assert device.loss_mask == host.loss_mask == [[1] * 3 + [0] * 4 + [1] * 3 + [0] * 4 + [1] * 3] * 4
   assert all(t[3:7] == obs and t[10:14] == obs for t in device.tokens)
+
+
+def test_bfloat16_decode_weights_are_cast_once_and_change_nothing():
+  """In a bfloat16-compute model over float32 master weights the decode weights hold the matrices in bfloat16 (what FSDP all-gathers
+  then move), norms and the embedding table as they are; a decode step's logits equal those
+  with the float32 matrices (every use casts them to bfloat16 anyway)."""
+  path, _ = save_hf_model("qwen3")
+  model, cfg = load_pretrained(path, dtype=jnp.bfloat16, param_dtype=jnp.float32)
+  graphdef, params = nnx.split(model)
+  weights = decode_weights(graphdef, params)
+  layer = weights.layers[0]
+  assert layer["q"].dtype == jnp.bfloat16 and layer["down"].dtype == jnp.bfloat16
+  assert weights.unembed_DV.dtype == jnp.bfloat16
+  assert layer["attn_norm"].dtype == jnp.float32 and weights.embed_VD.dtype == jnp.float32
+  wide = dataclasses.replace(
+    weights,
+    layers=tuple(
+      {n: model_w[i] for n, model_w in nnx.merge(graphdef, params).blocks.weights(cfg).items()}
+      for i in range(cfg.num_layers)
+    ),
+    unembed_DV=nnx.merge(graphdef, params).unembed_matrix(),
+  )
+  assert wide.layers[0]["q"].dtype == jnp.float32
+  engine = Engine(model)
+  _, _, prompts = _setup()
+  state = engine.init(prompts, max_new_tokens=4, cache_size=64, seed=1)
+  sampling = SamplingParams.make(4, temperature=0.0)
+  step = jax.jit(lambda w, s: decode_step(graphdef, params, s, sampling, weights=w))
+  a = step(weights, jax.tree.map(jnp.copy, state))
+  b = step(wide, jax.tree.map(jnp.copy, state))
+  np.testing.assert_array_equal(np.asarray(a.logits_BV), np.asarray(b.logits_BV))

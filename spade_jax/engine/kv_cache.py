@@ -88,15 +88,25 @@ class DecodeWeights:
 
 
 def prepare_weights(model) -> DecodeWeights:
-  """Slices the stacked block parameters per layer. Call it once outside a decode loop."""
+  """Slices the stacked block parameters per layer. Call it once outside a decode loop.
+
+  The matrices (every block weight of two or more axes, and the unembedding) are cast to the
+  compute dtype here, once per loop rather than at every use (`block.dense`, the router, the
+  experts' `ragged_dot` and `Transformer.logits` cast them to it anyway, so the values are the
+  same). Norm scales, biases and the embedding table (looked up, not multiplied) keep their
+  dtype. On an FSDP mesh the CPU compiler still all-gathers the float32 weights and converts
+  after (BUILD_NOTES, "Compiled memory plans")."""
   cfg = model.cfg
+  dt = jnp.dtype(cfg.dtype)
   stacked = model.blocks.weights(cfg)
+  matrix = {n for n, w in stacked.items() if w.ndim >= 3 and jnp.issubdtype(w.dtype, jnp.floating)}
+  stacked = {n: w.astype(dt) if n in matrix else w for n, w in stacked.items()}  # [L, ...] each
   layers = tuple({name: w[i] for name, w in stacked.items()} for i in range(cfg.num_layers))
   return DecodeWeights(
     embed_VD=model.embed[...],
     layers=layers,
     final_norm_D=model.final_norm[...],
-    unembed_DV=model.unembed_matrix(),
+    unembed_DV=model.unembed_matrix().astype(dt),
   )
 
 
