@@ -25,10 +25,12 @@ Symbols: B batch, T length, D embed, V vocab, C chunk length. Per token ``t`` of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spade_jax import sharding
 
@@ -97,60 +99,108 @@ def token_logprobs(
   chunk: int = 256,
   compute_dtype=_F32,
   entropy_grad: bool = False,
+  start: int = 1,
 ):
   """Log-prob of each token given the previous ones, and the entropy of that predictive
   distribution, both ``[B, T]`` with position 0 set to 0 (it has no prediction).
 
   ``hidden_BTD`` are final-norm hidden states and ``w_DV`` the unembedding; logits are formed
-  chunk by chunk over the sequence (``[B, chunk, V]`` at a time, in ``compute_dtype`` with f32
-  accumulation, like ``Transformer.logits``) inside a rematerialised ``scan``, so neither the
-  forward nor the backward pass holds a full ``[B, T, V]`` tensor. The entropy is
-  stop-gradient unless ``entropy_grad``.
+  in ``compute_dtype`` with f32 accumulation, like ``Transformer.logits``, by
+  :func:`_logprob_head` (one fused pass: log-normaliser, target logit and entropy; a hand-written
+  backward). When the ``T - start`` predicted positions fit in one ``chunk`` they are done at
+  once and the logits are kept for the backward pass; longer sequences go ``[B, chunk, V]`` at a
+  time through a ``scan`` whose backward recomputes each chunk's logits, so neither pass holds a
+  full ``[B, T, V]`` tensor. The entropy is stop-gradient unless ``entropy_grad``.
+
+  ``start`` (static, >= 1): only positions ``t >= start`` are computed; earlier ones are 0 in
+  both outputs. The update passes the first position any row trains on (``LossConfig
+  .loss_start``) so the prompt's logits are never formed.
   """
   B, T, D = hidden_BTD.shape
-  if T < 2:
+  start = max(int(start), 1)
+  if T <= start:
     zeros = jnp.zeros((B, T), _F32)
     return zeros, zeros
-  n = T - 1
+  n = T - start
   C = min(chunk, n)
   num_chunks = math.ceil(n / C)
   pad = num_chunks * C - n
-  h_BND = jnp.pad(hidden_BTD[:, :-1], ((0, 0), (0, pad), (0, 0)))
-  tgt_BN = jnp.pad(tokens_BT[:, 1:].astype(jnp.int32), ((0, 0), (0, pad)))
-  h_KBCD = h_BND.reshape(B, num_chunks, C, D).swapaxes(0, 1)
-  tgt_KBC = tgt_BN.reshape(B, num_chunks, C).swapaxes(0, 1)
   w_DV = w_DV.astype(compute_dtype)
-  inv_temp = 1.0 / temperature
+  h_BND = hidden_BTD[:, start - 1 : -1].astype(compute_dtype)
+  tgt_BN = tokens_BT[:, start:].astype(jnp.int32)
+  head = functools.partial(_logprob_head, inv_temp=1.0 / temperature, entropy_grad=entropy_grad)
+  if num_chunks == 1:
+    logp_BN, ent_BN = head(h_BND, w_DV, tgt_BN, True)
+  else:
+    h_BND = jnp.pad(h_BND, ((0, 0), (0, pad), (0, 0)))
+    tgt_BN = jnp.pad(tgt_BN, ((0, 0), (0, pad)))
+    h_KBCD = h_BND.reshape(B, num_chunks, C, D).swapaxes(0, 1)
+    tgt_KBC = tgt_BN.reshape(B, num_chunks, C).swapaxes(0, 1)
 
-  @jax.checkpoint
-  def chunk_fn(h_BCD, tgt_BC):
-    logits_BCV = (
-      jnp.einsum("bcd,dv->bcv", h_BCD.astype(compute_dtype), w_DV, preferred_element_type=_F32)
-      * inv_temp
-    )
+    def body(carry, xs):
+      return carry, head(xs[0], w_DV, xs[1], False)
+
+    _, (logp_KBC, ent_KBC) = jax.lax.scan(body, None, (h_KBCD, tgt_KBC))
+    logp_BN = logp_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
+    ent_BN = ent_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
+  zero_BS = jnp.zeros((B, start), _F32)
+  return jnp.concatenate([zero_BS, logp_BN], 1), jnp.concatenate([zero_BS, ent_BN], 1)
+
+
+def _head_forward(h_BCD, w_DV, tgt_BC, inv_temp):
+  """Logits ``[B, C, V]`` (float32, over the temperature) and from them the log-normaliser, the
+  target's log-prob and the entropy ``[B, C]``."""
+  logits_BCV = jnp.einsum("bcd,dv->bcv", h_BCD, w_DV, preferred_element_type=_F32) * inv_temp
+  logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
+  # One exp pass serves the log-normaliser and the entropy.
+  max_BC1 = jnp.max(logits_BCV, axis=-1, keepdims=True)
+  exp_BCV = jnp.exp(logits_BCV - max_BC1)
+  sum_BC = jnp.sum(exp_BCV, axis=-1)
+  lse_BC = max_BC1[..., 0] + jnp.log(sum_BC)
+  # target logit by a masked sum, not a gather: stays local when the vocab axis is sharded
+  vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
+  picked_BC = jnp.sum(jnp.where(vocab_V == tgt_BC[..., None], logits_BCV, 0.0), axis=-1)
+  entropy_BC = lse_BC - jnp.sum(exp_BCV * logits_BCV, axis=-1) / sum_BC
+  return logits_BCV, lse_BC, picked_BC - lse_BC, entropy_BC
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _logprob_head(h_BCD, w_DV, tgt_BC, keep_logits, inv_temp, entropy_grad):
+  """``(log p(target), entropy)`` ``[B, C]`` of ``softmax(h @ w * inv_temp)``. Its backward is
+  written out (``d logp / d z = onehot - p``, ``d H / d z = -p (z - E_p[z])``; one elementwise
+  pass, then the two matmuls), from the logits kept by the forward (``keep_logits``) or
+  recomputed (one more matmul, nothing ``[B, C, V]`` held between the passes)."""
+  _, _, logp_BC, entropy_BC = _head_forward(h_BCD, w_DV, tgt_BC, inv_temp)
+  return logp_BC, entropy_BC
+
+
+def _logprob_head_fwd(h_BCD, w_DV, tgt_BC, keep_logits, inv_temp, entropy_grad):
+  logits_BCV, lse_BC, logp_BC, entropy_BC = _head_forward(h_BCD, w_DV, tgt_BC, inv_temp)
+  saved_logits = logits_BCV if keep_logits else None
+  return (logp_BC, entropy_BC), (h_BCD, w_DV, tgt_BC, saved_logits, lse_BC, entropy_BC)
+
+
+def _logprob_head_bwd(keep_logits, inv_temp, entropy_grad, res, g):
+  h_BCD, w_DV, tgt_BC, logits_BCV, lse_BC, entropy_BC = res
+  g_logp_BC, g_ent_BC = g
+  if logits_BCV is None:
+    logits_BCV = jnp.einsum("bcd,dv->bcv", h_BCD, w_DV, preferred_element_type=_F32) * inv_temp
     logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
-    # One exp pass serves the log-normaliser and the entropy. The max shift is stop-gradient:
-    # both outputs are invariant to it, so the gradient through the other path is exact.
-    max_BC1 = jax.lax.stop_gradient(jnp.max(logits_BCV, axis=-1, keepdims=True))
-    exp_BCV = jnp.exp(logits_BCV - max_BC1)
-    sum_BC = jnp.sum(exp_BCV, axis=-1)
-    lse_BC = max_BC1[..., 0] + jnp.log(sum_BC)
-    # target logit by a masked sum, not a gather: stays local when the vocab axis is sharded
-    vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
-    picked_BC = jnp.sum(jnp.where(vocab_V == tgt_BC[..., None], logits_BCV, 0.0), axis=-1)
-    entropy_BC = lse_BC - jnp.sum(exp_BCV * logits_BCV, axis=-1) / sum_BC
-    if not entropy_grad:
-      entropy_BC = jax.lax.stop_gradient(entropy_BC)
-    return picked_BC - lse_BC, entropy_BC
+  p_BCV = jnp.exp(logits_BCV - lse_BC[..., None])
+  vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
+  onehot_BCV = vocab_V == tgt_BC[..., None]
+  dz_BCV = jnp.where(onehot_BCV, g_logp_BC[..., None], 0.0) - p_BCV * g_logp_BC[..., None]
+  if entropy_grad:
+    mean_z_BC1 = (lse_BC - entropy_BC)[..., None]  # E_p[z]
+    dz_BCV = dz_BCV - g_ent_BC[..., None] * p_BCV * (logits_BCV - mean_z_BC1)
+  dz_BCV = (dz_BCV * inv_temp).astype(h_BCD.dtype)
+  dh_BCD = jnp.einsum("bcv,dv->bcd", dz_BCV, w_DV, preferred_element_type=_F32)
+  dw_DV = jnp.einsum("bcd,bcv->dv", h_BCD, dz_BCV, preferred_element_type=_F32)
+  dtgt = np.zeros(tgt_BC.shape, jax.dtypes.float0)
+  return dh_BCD.astype(h_BCD.dtype), dw_DV.astype(w_DV.dtype), dtgt
 
-  def body(carry, xs):
-    return carry, chunk_fn(*xs)
 
-  _, (logp_KBC, ent_KBC) = jax.lax.scan(body, None, (h_KBCD, tgt_KBC))
-  logp_BN = logp_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
-  ent_BN = ent_KBC.swapaxes(0, 1).reshape(B, num_chunks * C)[:, :n]
-  zero_B1 = jnp.zeros((B, 1), _F32)
-  return jnp.concatenate([zero_B1, logp_BN], 1), jnp.concatenate([zero_B1, ent_BN], 1)
+_logprob_head.defvjp(_logprob_head_fwd, _logprob_head_bwd)
 
 
 def model_logprobs(model, tokens_BT, cfg: LossConfig, *, entropy_grad: bool = False):
