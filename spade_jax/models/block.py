@@ -32,6 +32,7 @@ are float32.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -213,12 +214,59 @@ def block(
 
 
 def dense_mlp(cfg: TransformerConfig, w: dict, h_BTD) -> jax.Array:
-  """The SwiGLU MLP on the normed residual ``h_BTD``."""
-  dt = cfg.dtype
-  gate_BTF = dense(h_BTD, w["gate"], "btd,df->btf", dt)
-  up_BTF = dense(h_BTD, w["up"], "btd,df->btf", dt)
-  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "act_mlp"))
-  return dense(act_BTF, w["down"], "btf,fd->btd", dt)
+  """The SwiGLU MLP on the normed residual ``h_BTD`` (its backward written out:
+  :func:`_swiglu`)."""
+  return _swiglu(h_BTD, w["gate"], w["up"], w["down"], jnp.dtype(cfg.dtype))
+
+
+_ACT_MLP = ("batch", "length", "act_mlp")
+
+
+def _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt):
+  gate_BTF = dense(h_BTD, w_gate, "btd,df->btf", dt)
+  up_BTF = dense(h_BTD, w_up, "btd,df->btf", dt)
+  act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, _ACT_MLP)
+  return dense(act_BTF, w_down, "btf,fd->btd", dt), (gate_BTF, up_BTF)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _swiglu(h_BTD, w_gate, w_up, w_down, dt):
+  """``(silu(h @ w_gate) * (h @ w_up)) @ w_down``, matmuls in ``dt`` accumulated in float32.
+
+  The backward is written out rather than derived: on XLA:CPU the derived one wrote the gate's
+  gradient transposed (``[F, B*T]``) for the weight-gradient dot, a strided pass that cost more
+  than the MLP's matmuls (issue 26's profile); this one is the same arithmetic in plain layouts.
+  """
+  return _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt)[0]
+
+
+def _swiglu_fwd(h_BTD, w_gate, w_up, w_down, dt):
+  out_BTD, (gate_BTF, up_BTF) = _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt)
+  return out_BTD, (h_BTD, w_gate, w_up, w_down, gate_BTF, up_BTF)
+
+
+def _swiglu_bwd(dt, res, d_out_BTD):
+  h_BTD, w_gate, w_up, w_down, gate_BTF, up_BTF = res
+  sig_BTF = jax.nn.sigmoid(gate_BTF)
+  silu_BTF = gate_BTF * sig_BTF
+  act_BTF = silu_BTF * up_BTF
+  # [D, F] then transposed: the dot's operand transposed by XLA is then the narrow d_out
+  d_down = dense(d_out_BTD, act_BTF, "btd,btf->df", dt).T
+  d_act_BTF = sharding.constrain(dense(d_out_BTD, w_down, "btd,fd->btf", dt), _ACT_MLP)
+  d_up_BTF = d_act_BTF * silu_BTF
+  d_gate_BTF = d_act_BTF * up_BTF * (sig_BTF * (1.0 + gate_BTF * (1.0 - sig_BTF)))
+  d_h_BTD = dense(d_gate_BTF, w_gate, "btf,df->btd", dt) + dense(d_up_BTF, w_up, "btf,df->btd", dt)
+  d_gate = dense(h_BTD, d_gate_BTF, "btd,btf->df", dt)
+  d_upw = dense(h_BTD, d_up_BTF, "btd,btf->df", dt)
+  return (
+    d_h_BTD.astype(h_BTD.dtype),
+    d_gate.astype(w_gate.dtype),
+    d_upw.astype(w_up.dtype),
+    d_down.astype(w_down.dtype),
+  )
+
+
+_swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
 def mlp(cfg: TransformerConfig, w: dict, h_BTD) -> tuple[jax.Array, jax.Array | None]:
