@@ -58,6 +58,11 @@ class LossConfig:
                  matching what the sampler recorded.
   logprob_chunk: sequence positions per chunk of the chunked log-softmax (memory per chunk is
                  ``B * chunk * V`` float32).
+  loss_start:    a static promise that no row trains on a position before it (every loss mask is 0
+                 there, e.g. a batch whose prompts all have at least this many tokens): log-probs
+                 are formed only from this position on, so the prompt's logits are never
+                 computed (results unchanged). 0 = no promise (all positions). A batch that
+                 breaks it gets a NaN loss, so the update skips the step.
   router_aux_coef: MoE models only: coefficient of the router's load-balancing loss
                  (``models.moe.load_balancing_loss``) added by the update; 0 = not computed
                  (the reference recipe's ``--moe-aux-loss-coeff 0``). Ignored by dense models.
@@ -73,6 +78,7 @@ class LossConfig:
   norm_constant: int | None = None
   temperature: float = 1.0
   logprob_chunk: int = 256
+  loss_start: int = 0
   router_aux_coef: float = 0.0
 
   def __post_init__(self):
@@ -86,6 +92,8 @@ class LossConfig:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
     if self.logprob_chunk < 1:
       raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk}")
+    if self.loss_start < 0:
+      raise ValueError(f"loss_start must be >= 0, got {self.loss_start}")
     if self.router_aux_coef < 0:
       raise ValueError(f"router_aux_coef must be >= 0, got {self.router_aux_coef}")
 
@@ -204,7 +212,8 @@ _logprob_head.defvjp(_logprob_head_fwd, _logprob_head_bwd)
 
 
 def model_logprobs(model, tokens_BT, cfg: LossConfig, *, entropy_grad: bool = False):
-  """:func:`token_logprobs` of a ``Transformer`` (one forward through ``model.hidden``)."""
+  """:func:`token_logprobs` of a ``Transformer`` (one forward through ``model.hidden``), from
+  position ``cfg.loss_start`` on."""
   hidden_BTD, _ = model.hidden(tokens_BT)
   return token_logprobs(
     hidden_BTD,
@@ -214,7 +223,16 @@ def model_logprobs(model, tokens_BT, cfg: LossConfig, *, entropy_grad: bool = Fa
     chunk=cfg.logprob_chunk,
     compute_dtype=model.cfg.dtype,
     entropy_grad=entropy_grad,
+    start=cfg.loss_start,
   )
+
+
+def loss_start_broken(mask_BT, cfg: LossConfig) -> jax.Array:
+  """Scalar bool: ``mask_BT`` trains on a position before ``cfg.loss_start`` (whose log-probs
+  were not computed)."""
+  if cfg.loss_start <= 1:
+    return jnp.zeros((), bool)
+  return jnp.any(mask_BT[:, : cfg.loss_start] > 0)
 
 
 def aggregate(x_BT, mask_BT, cfg: LossConfig, *, global_batch, global_tokens):

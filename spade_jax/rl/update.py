@@ -74,6 +74,7 @@ def batch_loss(
       chunk=cfg.logprob_chunk,
       compute_dtype=model.cfg.dtype,
       entropy_grad=bool(cfg.entropy_coef),
+      start=cfg.loss_start,
     )
   else:
     logp_BT, entropy_BT = losses.model_logprobs(
@@ -109,6 +110,9 @@ def batch_loss(
     aux = aux * (batch.batch_size / global_batch)
     loss = loss + aux_coef * aux
     stats = dict(stats, loss=loss, router_aux_loss=aux)
+  if cfg.loss_start > 1:  # a batch that trains before cfg.loss_start: NaN, the step is skipped
+    loss = jnp.where(losses.loss_start_broken(batch.loss_mask_BT, cfg), jnp.nan, loss)
+    stats = dict(stats, loss=loss)
   return loss, stats
 
 
