@@ -241,7 +241,7 @@ def bench_vs_torch(args) -> dict:
     betas=(opt_cfg.b1, opt_cfg.b2),
     eps=opt_cfg.eps,
   )
-  loss_cfg = losses.LossConfig(logprob_chunk=args.chunk)
+  loss_cfg = losses.LossConfig(logprob_chunk=args.chunk, loss_start=args.loss_start)
   graphdef, state = train_state.create_train_state(model, make_optimizer(opt_cfg))
   step = update.make_update(graphdef, loss_cfg, opt_cfg, micro_batches=args.micro_batches)
   seq = 192
@@ -274,6 +274,7 @@ def bench_vs_torch(args) -> dict:
   med = {k: statistics.median(v) for k, v in times.items()}
   return {
     "shape": {**VS_TORCH, "batch": args.batch, "seq": seq, "trained_tokens": seq - 64},
+    "loss_start": args.loss_start,
     "compile_s": compile_s,
     "first_loss": {"spade_jax": jax_loss, "torch": torch_loss},
     "step_s_median": med,
@@ -295,6 +296,12 @@ def main():
   p.add_argument("--micro-batches", type=int, default=1)
   p.add_argument("--chunk", type=int, default=256, help="log-softmax chunk (sequence positions)")
   p.add_argument("--vs-torch", action="store_true", help="issue 26's side-by-side with PyTorch")
+  p.add_argument(
+    "--loss-start",
+    type=int,
+    default=0,
+    help="--vs-torch: LossConfig.loss_start (64 = log-probs of the 128 trained positions only)",
+  )
   args = p.parse_args()
   if args.vs_torch:
     out = {"benchmark": "train_step_vs_torch", "devices": len(jax.devices())}

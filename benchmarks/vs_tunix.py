@@ -33,6 +33,7 @@ average around each run. ``--ours-root`` runs our side on another checkout of th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -124,7 +125,11 @@ def ours_update(model, cfg, args) -> dict:
   from spade_jax.rl.optimizer import OptimizerConfig, make_optimizer
 
   opt_cfg = OptimizerConfig(learning_rate=1e-6)
-  loss_cfg = losses.LossConfig()
+  # Tunix's TrainExample separates prompt and completion, so its loss forms the completion's
+  # logits only; ours is told the same through LossConfig.loss_start (where the checkout has it)
+  fields = {f.name for f in dataclasses.fields(losses.LossConfig)}
+  loss_start = 0 if args.no_loss_start or "loss_start" not in fields else args.prompt
+  loss_cfg = losses.LossConfig(**({"loss_start": loss_start} if loss_start else {}))
   graphdef, state = train_state.create_train_state(model, make_optimizer(opt_cfg))
   step = update.make_update(graphdef, loss_cfg, opt_cfg)
   seq = args.prompt + args.new
@@ -152,6 +157,7 @@ def ours_update(model, cfg, args) -> dict:
     batch=args.batch,
     seq=seq,
     trained_tokens=args.new,
+    loss_start=loss_start,
     compile_s=round(compile_s, 2),
     second_step_s=round(second_s, 3),
     first=first,
@@ -206,7 +212,7 @@ def common_flags(args) -> list[str]:
     "--steps",
     str(args.steps),
   ]
-  for f in ("no_decode", "no_update"):
+  for f in ("no_decode", "no_update", "no_loss_start"):
     if getattr(args, f):
       flags.append("--" + f.replace("_", "-"))
   return flags
@@ -321,6 +327,7 @@ def drive(args):
       },
       tunix_compiles_in_second_step=[x.get("compiles_in_second_step") for x in t],
       first={"ours": o[0]["first"], "tunix": t[0]["first"]},
+      ours_loss_start=o[0].get("loss_start", 0),
     )
   print(json.dumps(out, indent=1))
   if tmp is not None:
@@ -343,6 +350,11 @@ def main():
   ap.add_argument("--steps", type=int, default=3, help="timed update steps")
   ap.add_argument("--no-decode", action="store_true")
   ap.add_argument("--no-update", action="store_true")
+  ap.add_argument(
+    "--no-loss-start",
+    action="store_true",
+    help="our update forms log-probs at every position (no LossConfig.loss_start)",
+  )
   ap.add_argument("--side", choices=("ours",), help=argparse.SUPPRESS)
   ap.add_argument("--model", help=argparse.SUPPRESS)
   args = ap.parse_args()
