@@ -180,6 +180,17 @@ def attention(
 _SCORES, _OUT = "btkgh,bskh->bkgts", "bkgts,bskh->btkgh"
 
 
+def _as_used(x, dt):
+  """``x`` as a forward matmul in ``dt`` saw it, in float32: the written-out backward passes
+  multiply float32 cotangents by these, as JAX's derived ones do (cotangents are not rounded
+  to ``dt``)."""
+  return x.astype(dt).astype(F32)
+
+
+def _dot32(spec, a, b):
+  return jnp.einsum(spec, a, b, preferred_element_type=F32)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _grouped_attention(q_BTKGH, k_BSKH, v_BSKH, mask, dt):
   """``masked_attention`` in the grouped layout (``mask`` broadcasts against ``[B, K, G, T,
@@ -200,12 +211,13 @@ def _grouped_attention_fwd(q_BTKGH, k_BSKH, v_BSKH, mask, dt):
 def _grouped_attention_bwd(dt, res, d_out):
   q_BTKGH, k_BSKH, v_BSKH, mask, probs = res
   H = q_BTKGH.shape[-1]
-  d_probs = dense(d_out, v_BSKH, _SCORES, dt)
+  q, k, v = (_as_used(x, dt) for x in (q_BTKGH, k_BSKH, v_BSKH))
+  d_probs = _dot32(_SCORES, d_out, v)
   d_scores = probs * (d_probs - jnp.sum(probs * d_probs, axis=-1, keepdims=True))
   d_scores = jnp.where(mask, d_scores, 0.0) * (H**-0.5)
-  d_q = dense(d_scores, k_BSKH, _OUT, dt)
-  d_k = dense(d_scores, q_BTKGH, "bkgts,btkgh->bskh", dt)
-  d_v = dense(probs, d_out, "bkgts,btkgh->bskh", dt)
+  d_q = _dot32(_OUT, d_scores, k)
+  d_k = _dot32("bkgts,btkgh->bskh", d_scores, q)
+  d_v = _dot32("bkgts,btkgh->bskh", _as_used(probs, dt), d_out)
   d_mask = np.zeros(jnp.shape(mask), jax.dtypes.float0)
   return (
     d_q.astype(q_BTKGH.dtype),
@@ -284,14 +296,15 @@ def _swiglu_bwd(dt, res, d_out_BTD):
   sig_BTF = jax.nn.sigmoid(gate_BTF)
   silu_BTF = gate_BTF * sig_BTF
   act_BTF = silu_BTF * up_BTF
+  h, wg, wu, wd = (_as_used(x, dt) for x in (h_BTD, w_gate, w_up, w_down))
   # [D, F] then transposed: the dot's operand transposed by XLA is then the narrow d_out
-  d_down = dense(d_out_BTD, act_BTF, "btd,btf->df", dt).T
-  d_act_BTF = sharding.constrain(dense(d_out_BTD, w_down, "btd,fd->btf", dt), _ACT_MLP)
+  d_down = _dot32("btd,btf->df", d_out_BTD, _as_used(act_BTF, dt)).T
+  d_act_BTF = sharding.constrain(_dot32("btd,fd->btf", d_out_BTD, wd), _ACT_MLP)
   d_up_BTF = d_act_BTF * silu_BTF
   d_gate_BTF = d_act_BTF * up_BTF * (sig_BTF * (1.0 + gate_BTF * (1.0 - sig_BTF)))
-  d_h_BTD = dense(d_gate_BTF, w_gate, "btf,df->btd", dt) + dense(d_up_BTF, w_up, "btf,df->btd", dt)
-  d_gate = dense(h_BTD, d_gate_BTF, "btd,btf->df", dt)
-  d_upw = dense(h_BTD, d_up_BTF, "btd,btf->df", dt)
+  d_h_BTD = _dot32("btf,df->btd", d_gate_BTF, wg) + _dot32("btf,df->btd", d_up_BTF, wu)
+  d_gate = _dot32("btd,btf->df", h, d_gate_BTF)
+  d_upw = _dot32("btd,btf->df", h, d_up_BTF)
   return (
     d_h_BTD.astype(h_BTD.dtype),
     d_gate.astype(w_gate.dtype),

@@ -192,8 +192,7 @@ def _logprob_head_bwd(keep_logits, inv_temp, entropy_grad, res, g):
   h_BCD, w_DV, tgt_BC, logits_BCV, lse_BC, entropy_BC = res
   g_logp_BC, g_ent_BC = g
   if logits_BCV is None:
-    logits_BCV = jnp.einsum("bcd,dv->bcv", h_BCD, w_DV, preferred_element_type=_F32) * inv_temp
-    logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
+    logits_BCV = _head_forward(h_BCD, w_DV, tgt_BC, inv_temp)[0]
   p_BCV = jnp.exp(logits_BCV - lse_BC[..., None])
   vocab_V = jnp.arange(logits_BCV.shape[-1], dtype=jnp.int32)
   onehot_BCV = vocab_V == tgt_BC[..., None]
@@ -201,9 +200,10 @@ def _logprob_head_bwd(keep_logits, inv_temp, entropy_grad, res, g):
   if entropy_grad:
     mean_z_BC1 = (lse_BC - entropy_BC)[..., None]  # E_p[z]
     dz_BCV = dz_BCV - g_ent_BC[..., None] * p_BCV * (logits_BCV - mean_z_BC1)
-  dz_BCV = (dz_BCV * inv_temp).astype(h_BCD.dtype)
-  dh_BCD = jnp.einsum("bcv,dv->bcd", dz_BCV, w_DV, preferred_element_type=_F32)
-  dw_DV = jnp.einsum("bcd,bcv->dv", h_BCD, dz_BCV, preferred_element_type=_F32)
+  # float32 cotangents times the operands as the forward saw them (as JAX's derived backward)
+  dz_BCV = dz_BCV * inv_temp
+  dh_BCD = jnp.einsum("bcv,dv->bcd", dz_BCV, w_DV.astype(_F32), preferred_element_type=_F32)
+  dw_DV = jnp.einsum("bcd,bcv->dv", h_BCD.astype(_F32), dz_BCV, preferred_element_type=_F32)
   dtgt = np.zeros(tgt_BC.shape, jax.dtypes.float0)
   return dh_BCD.astype(h_BCD.dtype), dw_DV.astype(w_DV.dtype), dtgt
 
