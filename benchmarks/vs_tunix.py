@@ -21,7 +21,9 @@ Each side measures, after a warm-up (compile excluded):
 * the GRPO update on ``--batch`` x 192 tokens (64 prompt + 128 trained; PPO-clip 0.2/0.28, TIS
   cap 2, seq-mean-token-mean, AdamW 1e-6 betas 0.9/0.98 wd 0.1 clip 1.0, KL off): our
   ``update.make_update`` step, Tunix's RL ``Trainer`` train step with its ``grpo_loss_fn``; median
-  of ``--steps``; the first losses are printed side by side (same computation: must agree).
+  of ``--steps``; the first losses are printed side by side (same computation: must agree). Ours
+  runs with ``LossConfig.loss_start = --prompt`` (log-probs of the completion only, as Tunix's
+  prompt / completion split gives it) where the checkout has it, unless ``--no-loss-start``.
 
 Prints one JSON object: per case the median over rounds of each side's median, the ratio
 ``ours / tunix`` (tokens/s; for the update, Tunix's step time / ours, i.e. >1 = ours faster), the
