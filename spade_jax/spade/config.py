@@ -70,6 +70,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.designer.hint_temperature = 0.3
   c.designer.hint_max_new_tokens = 128
   c.designer.max_context = 32768
+  # forced opening of every designer reply (DesignerConfig.reply_prefix): generic, the same for
+  # every skill; "" = none (the reference)
+  c.designer.reply_prefix = ""
   # tool_use: the difficulty of game g's prompt cycles through this list, and this fraction of
   # the prompts asks for a multi-instruction (BFCL multi-turn style) environment
   c.designer.tool_difficulties = "easy,medium,hard"
@@ -299,6 +302,7 @@ def designer_config(c):
     tool_difficulties=tuple(tool_difficulties(c)),
     multi_instruction=c.designer.multi_instruction,
     wave_size=c.designer.wave_size,
+    reply_prefix=c.designer.reply_prefix,
   )
 
 

@@ -53,6 +53,10 @@ class DesignerConfig:
   # prompts sampled at once (designer and hint generation run in waves of this many; wave 0
   # with the call's seed, wave w with derive_seed(seed, w)); 0: all at once
   wave_size: int = 0
+  # the opening of every designer reply, fixed and the same for every skill (e.g. a code fence,
+  # the imports and "class"): forced after the chat template's assistant header, so sampling
+  # continues it; the extracted source is prefix + sample. "" (the default): no prefix
+  reply_prefix: str = ""
 
   @property
   def kind(self) -> str:
@@ -186,8 +190,13 @@ class Designer:
     self.max_context = max_context
     self.translate_seeds = translate_seeds
 
-  def _sample(self, conversations, *, temperature, top_p, top_k, max_new_tokens, seed, params):
-    prompts_ids = [self.tok.apply_chat_template(c) for c in conversations]
+  def _sample(
+    self, conversations, *, temperature, top_p, top_k, max_new_tokens, seed, params, prefix=""
+  ):
+    """Samples a reply to each conversation; ``prefix`` (text) is appended to every prompt after
+    the assistant header, so the replies continue it (it is part of the prompt ids)."""
+    forced = self.tok.encode(prefix) if prefix else []
+    prompts_ids = [self.tok.apply_chat_template(c) + forced for c in conversations]
     longest = max(len(p) for p in prompts_ids)
     cache = self.engine.bucket(longest + max_new_tokens)
     if longest + 1 >= min(cache, self.max_context):
@@ -256,10 +265,12 @@ class Designer:
         max_new_tokens=cfg.max_new_tokens,
         seed=derive_seed(seed, gen_step, attempt, 1),
         params=params,
+        prefix=cfg.reply_prefix,
       )
       timing["generate"] += time.perf_counter() - t
-      texts = [
-        self.tok.decode(resp[:-1] if done else resp) for resp, done in zip(out.tokens, out.finished)
+      texts = [  # the forced reply prefix is part of the source
+        cfg.reply_prefix + self.tok.decode(resp[:-1] if done else resp)
+        for resp, done in zip(out.tokens, out.finished)
       ]
       t = time.perf_counter()
       # each process validates its share of the samples (one process: all), the reports are
@@ -336,8 +347,10 @@ class Designer:
     return games, samples, metrics
 
   def _fits(self, conv) -> bool:
-    """Whether a designer prompt leaves ``max_new_tokens`` of ``max_context`` to write in."""
-    n = len(self.tok.apply_chat_template(conv))
+    """Whether a designer prompt (with the reply prefix) leaves ``max_new_tokens`` of
+    ``max_context`` to write in."""
+    prefix = self.cfg.reply_prefix
+    n = len(self.tok.apply_chat_template(conv)) + (len(self.tok.encode(prefix)) if prefix else 0)
     return n + self.cfg.max_new_tokens <= self.max_context
 
   def _copy_report(self, text: str, memory: EnvMemory | None):
