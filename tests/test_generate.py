@@ -273,6 +273,21 @@ def test_prompt_whose_bucket_fills_the_cache_is_still_prefilled_in_chunks():
   assert out.tokens == want
 
 
+def test_padded_prompt_leaves_the_reply_its_room():
+  # a cache of prompt + max_new_tokens slots: padding the prompt to its bucket (16) would leave
+  # fewer than max_new_tokens slots, so the engine packs it tighter and the reply is whole
+  model, cfg, _ = _tiny("qwen3")
+  prompts = _prompts(cfg.vocab_size, lengths=(3, 7, 12, 13))
+  engine = Engine(model, prefill_chunk=4)
+  greedy = SamplingParams.make(4, greedy=True)
+  want = engine.outputs(engine.run(engine.init(prompts, max_new_tokens=64), greedy))
+  assert [len(t) for t in want.tokens] == [64] * 4
+  assert engine.bucket(13) == 16
+  state = engine.init(prompts, max_new_tokens=64, cache_size=13 + 64)
+  out = engine.outputs(engine.run(state, greedy))
+  assert out.tokens == want.tokens and "cache_full" not in out.stop_reason
+
+
 @dataclasses.dataclass(frozen=True)
 class EvenThenStop:
   """Allows only even token ids for the first ``n`` sampled tokens, then only ``stop``."""

@@ -254,6 +254,9 @@ class Engine:
       S = int(cache_size)
     if P >= S:  # the bucket does not fit the cache: the tightest chunked layout that does
       P, chunk = tight_prompt_slots(longest, S, self.prefill_chunk)
+    room = S - int(max_new.max())
+    if P > room >= longest:  # the padded prompt would eat the reply's room: a tighter layout
+      P, chunk = tight_prompt_slots(longest, room + 1, self.prefill_chunk)
     stop_BK = self._stop_ids(stop_token_ids, B)
 
     tokens = np.zeros((B, P), np.int32)
