@@ -3,21 +3,27 @@
   python experiments/run.py --config experiments/configs/smollm2_cpu.py --workdir runs/smollm2
   python experiments/run.py --config experiments/configs/smollm2_cpu.py:smoke --workdir /tmp/s
   python experiments/run.py --config experiments/configs/smollm2_cpu.py:reward=blend --workdir ...
+  python experiments/run.py --config experiments/configs/smollm2_cpu.py:reply=helpers --workdir ...
 
 `:smoke` runs one full iteration (designer attempts, sandbox validation, hint writing, hinted
 and unhinted plays, update, checkpoint, held-out eval) in a few minutes; tests use it.
 A 135M model rarely writes a valid environment: when none validates, the agent plays the
 library seed pool (metric agent/pool_source = 2) and the step still trains. The designer's
 memory starts with the library environments as seeds (`spade.library_seeds`), so its first
-prompts carry worked examples (as many as fit: `designer/prompt_seeds_mean`).
+prompts carry worked examples (as many as fit: `designer/prompt_seeds_mean`). `reply=class` /
+`reply=helpers` start every designer reply with a fixed, generic prefix
+(`designer.reply_prefix`, prompts.REPLY_PREFIXES) that the model continues.
 """
 
 from spade_jax.spade.config import base_config, parse_config_arg
+from spade_jax.spade.prompts import REPLY_PREFIXES
 from spade_jax.spade.rewards import VARIANTS
 
 
 def get_config(arg: str = ""):
-  args = parse_config_arg(arg, {"smoke": ("1",), "reward": VARIANTS})
+  args = parse_config_arg(
+    arg, {"smoke": ("1",), "reward": VARIANTS, "reply": tuple(REPLY_PREFIXES)}
+  )
   c = base_config()
   c.spade.reward = args.get("reward", "regret")
   c.model.path = "smollm2"
@@ -35,6 +41,8 @@ def get_config(arg: str = ""):
   c.designer.hint_max_new_tokens = 48
   # room for two library seeds (a seeded prompt is ~2.6k SmolLM2 tokens) and the reply
   c.designer.max_context = 3072
+  # a fixed opening of the designer's reply (prompts.REPLY_PREFIXES; BUILD_NOTES, issue 29)
+  c.designer.reply_prefix = REPLY_PREFIXES[args.get("reply", "none")]
   c.agent.max_turns = 3
   c.agent.max_new_tokens = 96
   c.agent.max_context = 1024

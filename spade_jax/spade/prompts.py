@@ -51,6 +51,36 @@ OUTPUT_FORMAT = (
   "the block."
 )
 
+# Reply prefixes (`DesignerConfig.reply_prefix`, config `designer.reply_prefix`): fixed openings
+# of the game designer's reply, the same for every skill, that sampling continues; the extracted
+# source is prefix + sample. Measured with SmolLM2-135M-Instruct in BUILD_NOTES.md (issue 29).
+# "class": a fence, the imports and `class`, so the model writes a class, not helper functions.
+GAME_REPLY_CLASS = "```python\nimport random\nimport re\n\n\nclass"
+# "helpers": the same with a small answer-parsing helper first (written here, not taken from a
+# library environment): the library twins the prompt shows call `_boxed_ints(action)` and
+# `NO_ANSWER`, which a class copied after GAME_REPLY_CLASS leaves undefined; its two-space body
+# also sets the indentation the twins use.
+GAME_REPLY_HELPERS = r'''```python
+import random
+import re
+
+NO_ANSWER = "No answer found. Answer in \\boxed{}."
+
+
+def _boxed_ints(action):
+  """The integers in the last \\boxed{...} of action, or None."""
+  found = re.findall(r"\\boxed\{([^{}]*)\}", action)
+  if not found:
+    return None
+  try:
+    return [int(v) for v in found[-1].replace(",", " ").split()]
+  except ValueError:
+    return None
+
+
+class'''
+REPLY_PREFIXES = {"none": "", "class": GAME_REPLY_CLASS, "helpers": GAME_REPLY_HELPERS}
+
 HINT_SYSTEM = (
   "You write short hints for players of text games. A good hint names the idea that makes the "
   "task tractable and says how the answer must be written; it never gives the answer away."
