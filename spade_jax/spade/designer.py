@@ -13,7 +13,8 @@ With library seeds in the memory (`seed_memory`), an attempt whose extracted cod
 (whitespace-normalised) copy of one is rejected at its own stage, "copy", before the sandbox
 runs; a prompt whose seeds would leave less than ``max_new_tokens`` of ``max_context`` drops
 seeds (last first) until it fits. Stage counts, passes, translation refusals and seeds shown are
-in the metrics (`spade.observe`).
+in the metrics (`spade.observe`). An optional ``reply_prefix`` (a fixed, generic opening of every
+reply, `prompts.REPLY_PREFIXES`) is forced after the assistant header; the model continues it.
 """
 
 from __future__ import annotations
