@@ -277,12 +277,10 @@ class AgentPlayer:
     host = [i for i, (g, _, _) in enumerate(episodes) if g not in self.on_device]
     dev = [i for i, (g, _, _) in enumerate(episodes) if g in self.on_device]
     size = self.wave or max(len(host), len(dev), 1)
-    for w, at in enumerate(range(0, len(host), size)):
-      wave_seed = sample_seed if w == 0 else derive_seed(sample_seed, w)
-      parts.append(self._run_host(episodes, host[at : at + size], seeds, wave_seed, params))
-    for w, at in enumerate(range(0, len(dev), size)):
-      wave_seed = sample_seed if w == 0 else derive_seed(sample_seed, w)
-      parts.append(self._run_device(episodes, dev[at : at + size], seeds, wave_seed, params))
+    for idx, play in ((host, self._run_host), (dev, self._run_device)):
+      for w, at in enumerate(range(0, len(idx), size)):
+        wave_seed = sample_seed if w == 0 else derive_seed(sample_seed, w)
+        parts.append(play(episodes, idx[at : at + size], seeds, wave_seed, params))
     return _merge(len(episodes), parts)
 
   def _run_host(self, episodes, host, seeds, sample_seed: int, params) -> tuple:
