@@ -43,7 +43,8 @@ def main(argv) -> None:
   from spade_jax.spade import config as spade_config
   from spade_jax.spade import corpus as corpus_lib
   from spade_jax.spade import skills
-  from spade_jax.spade.designer import Designer, seed_memory
+  from spade_jax.spade.designer import Designer
+  from spade_jax.spade.library_seeds import seed_memory
   from spade_jax.spade.memory import EnvMemory
 
   config, workdir = FLAGS.config, Path(FLAGS.workdir)

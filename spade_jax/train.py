@@ -100,7 +100,8 @@ def _train(config, run: runner.Run) -> dict:
   from spade_jax.spade import corpus as corpus_lib
   from spade_jax.spade import prompts, rewards, skills
   from spade_jax.spade.agent import AgentPlayer, rollout_config
-  from spade_jax.spade.designer import Designer, seed_memory
+  from spade_jax.spade.designer import Designer
+  from spade_jax.spade.library_seeds import seed_memory
   from spade_jax.spade.loop import LoopConfig, SpadeLoop
   from spade_jax.spade.memory import EnvMemory
 

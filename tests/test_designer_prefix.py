@@ -8,6 +8,7 @@ from hf_fixtures import tiny_tokenizer_dir
 from spade_jax.envs.sandbox.validate import ValidatorConfig
 from spade_jax.spade import designer as designer_lib
 from spade_jax.spade.config import base_config
+from spade_jax.spade.library_seeds import seed_memory
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.tokenizer import load_tokenizer
 
@@ -72,7 +73,7 @@ def _design(tmp_path, prefix, reply_text):
   d = designer_lib.Designer(engine, tok, cfg, validator, tmp_path, max_context=8192)
   d.write_hints = lambda games, **kw: {}  # no hint sampling, no translation
   memory = EnvMemory()
-  designer_lib.seed_memory(memory, "game")
+  seed_memory(memory, "game")
   games, samples, metrics = d.design(
     gen_step=0, skills=["Mathematical Reasoning"], memory=memory, corpus=None, seed=0
   )
@@ -102,7 +103,7 @@ def test_no_prefix_leaves_prompts_unchanged(tmp_path):
   (prompt,) = engine.prompts[0]
   # the default prompt is the chat template's rendering of the messages, nothing after it
   memory = EnvMemory()
-  designer_lib.seed_memory(memory, "game")
+  seed_memory(memory, "game")
   seeds, negative = memory.select("Mathematical Reasoning", seed=(0, 0, 0, 0))
   conv = d.messages("Mathematical Reasoning", None, seeds, negative, (0, 0, 0, 0))
   while seeds and not d._fits(conv):

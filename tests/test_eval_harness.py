@@ -15,7 +15,7 @@ from spade_jax.eval import cli, compare, harness, registry, results
 from spade_jax.eval.library_suites import HeldoutGamesSuite, HeldoutToolsSuite
 from spade_jax.eval.players import ScriptedPlayer
 from spade_jax.eval.suite import Prompt, Sampling, empty_policy, limit_prompts, score_of
-from spade_jax.spade.designer import library_entries
+from spade_jax.spade.library_seeds import library_entries
 
 
 def rec(pid, cat, sample, score, error=None):

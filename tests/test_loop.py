@@ -23,6 +23,7 @@ from hf_fixtures import save_hf_model, tiny_tokenizer_dir
 from spade_jax import metrics, train
 from spade_jax.spade import designer as designer_lib
 from spade_jax.spade import observe, prompts
+from spade_jax.spade.library_seeds import library_entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs"
 
@@ -30,7 +31,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "envs"
 def library_copy() -> str:
   """A library seed's source with its whitespace changed (blank lines, trailing spaces): valid
   Python that the validator would pass, rejected at the designer's "copy" stage."""
-  source = designer_lib.library_entries("game")[0].source
+  source = library_entries("game")[0].source
   return source.replace(":\n", ":  \n\n")
 
 

@@ -92,7 +92,7 @@ def test_json_resume_round_trip():
 
 def test_library_seeds_bootstrap_the_prompt_and_stay_apart():
   from spade_jax.spade import prompts
-  from spade_jax.spade.designer import library_entries, seed_memory
+  from spade_jax.spade.library_seeds import library_entries, seed_memory
   from spade_jax.spade.skills import get_skill
 
   mem = EnvMemory()

@@ -4,7 +4,8 @@ import numpy as np
 
 from spade_jax.envs.sandbox.validate import STAGES, ValidatorConfig
 from spade_jax.spade import observe
-from spade_jax.spade.designer import Designer, DesignerConfig, library_entries, seed_memory
+from spade_jax.spade.designer import Designer, DesignerConfig
+from spade_jax.spade.library_seeds import library_entries, seed_memory
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.window import empty_window
 

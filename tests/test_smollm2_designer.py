@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from spade_jax.envs.sandbox.validate import ValidatorConfig, validate
-from spade_jax.spade.designer import library_entries
+from spade_jax.spade.library_seeds import library_entries
 from spade_jax.spade.memory import normalise_source
 from spade_jax.spade.prompts import GAME_REPLY_HELPERS
 

@@ -9,7 +9,7 @@ environments then get a hint from the same policy in its hint-writer role (not t
 Translation to an ``EnvProgram`` is attempted when a translator is installed; environments
 that do not translate run on the host in the sandbox.
 
-With library seeds in the memory (`seed_memory`), an attempt whose extracted code is a verbatim
+With library seeds in the memory (`library_seeds.seed_memory`), an attempt whose extracted code is a verbatim
 (whitespace-normalised) copy of one is rejected at its own stage, "copy", before the sandbox
 runs; a prompt whose seeds would leave less than ``max_new_tokens`` of ``max_context`` drops
 seeds (last first) until it fits. Stage counts, passes, translation refusals and seeds shown are
@@ -32,6 +32,7 @@ from spade_jax.engine.generate import Engine, GenerateOutput, SamplingParams
 from spade_jax.envs.sandbox import validate as validation
 from spade_jax.spade import observe, prompts, tool_prompts
 from spade_jax.spade.corpus import CorpusSampler
+from spade_jax.spade.library_seeds import library_entries
 from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.skills import get_skill
 from spade_jax.tokenizer import Tokenizer
@@ -129,46 +130,6 @@ def _translate(source: str, tokenizer, hint: str, seeds: int) -> dict:
     return translate.translate_and_check(source, None, tokenizer=tokenizer, seeds=seeds, hint=hint)
   except Exception as e:
     return {"translated": False, "translation_reason": f"translator failed: {e}"}
-
-
-@dataclasses.dataclass(frozen=True)
-class LibraryEntry:
-  """One library environment as the seed pool uses it."""
-
-  name: str
-  skill: str
-  source: str
-  class_name: str
-
-
-def seed_memory(memory: EnvMemory, kind: str) -> int:
-  """Adds the library environments of ``kind`` ("game" or "tool", `library_entries`) to
-  ``memory`` as library seeds (origin "library"); returns how many."""
-  entries = library_entries(kind)
-  for e in entries:
-    memory.add_seed(e.source, e.skill, name=e.name)
-  return len(entries)
-
-
-def library_entries(kind: str) -> list[LibraryEntry]:
-  """The library environments of a kind that may be training environments: the games' Python
-  twins, or the tool library, without the held-out ones (`HELDOUT_FAMILIES`,
-  `HELDOUT_TOOL_ENVS`: the held-out evaluation's)."""
-  if kind == "tool":
-    from spade_jax.envs.library.tool_library import HELDOUT_TOOL_ENVS, TOOL_ENVS
-
-    return [
-      LibraryEntry(e.name, e.skill, e.source, e.class_name)
-      for e in TOOL_ENVS.values()
-      if e.name not in HELDOUT_TOOL_ENVS
-    ]
-  from spade_jax.envs.library import FAMILIES, HELDOUT_FAMILIES
-
-  return [
-    LibraryEntry(f.name, f.skill, f.twin_source(), f.twin.__name__)
-    for f in FAMILIES.values()
-    if f.name not in HELDOUT_FAMILIES
-  ]
 
 
 class Designer:
