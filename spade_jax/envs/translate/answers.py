@@ -1,0 +1,60 @@
+"""Translator: what a ``\\boxed{}`` regular expression means, decided by running it.
+
+A pattern is matched against a fixed set of probe texts next to the device parser's single-int
+grammars (`GRAMMARS`, see `ir/parse.py`): the pattern *is* grammar ``g`` when, on every probe,
+both match or neither does and ``int()`` of the first group agrees. The probes cover signs,
+whitespace, digit counts, lists, junk and empty boxes, and several boxes in one text (for the
+first / last choice). Patterns that agree with no grammar are refused with their text.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The device parser's single-int grammars (parse.py): content between "\boxed{" and "}".
+GRAMMARS = {1: r"-?\d+", 2: r"\d+", 3: r"\s*-?\d+\s*", 4: r"\s*\d+\s*"}
+
+_CONTENTS = (
+  "5", "42", "-7", "007", " 12", "12 ", " -3 ", "+4", "1, 2", "x", "", "3x", "-", "123",
+  "1234567", "- 5", "0", "99", "\t8",
+)  # fmt: skip
+_PROBES = tuple(
+  [f"\\boxed{{{c}}}" for c in _CONTENTS]
+  + [f"First \\boxed{{{a}}} then \\boxed{{{b}}}." for a, b in (("1", "2"), ("x", "3"), ("4", ""))]
+  + ["no box", "\\boxed{5", "boxed{5}", "\\boxed{\\boxed{6}}", "The answer: \\boxed{ 9 }"]
+)
+
+
+def _int_of(m) -> int | None | str:
+  if m is None:
+    return None
+  try:
+    return int(m.group(1))
+  except (ValueError, IndexError):
+    return "not-an-int"
+
+
+def grammar_of(pattern: str) -> int | None:
+  """The grammar a ``\\boxed{}`` answer pattern equals on the probes, else None."""
+  try:
+    rx = re.compile(pattern)
+  except re.error:
+    return None
+  if rx.groups < 1:
+    return None
+  for g, content in GRAMMARS.items():
+    ref = re.compile(r"\\boxed\{(" + content + r")\}")
+    if all(_int_of(rx.search(t)) == _int_of(ref.search(t)) for t in _PROBES) and all(
+      [_int_of_s(s) for s in rx.findall(t)] == [_int_of_s(s) for s in ref.findall(t)]
+      for t in _PROBES
+    ):
+      return g
+  return None
+
+
+def _int_of_s(s) -> int | str:
+  s = s[0] if isinstance(s, tuple) else s
+  try:
+    return int(s)
+  except ValueError:
+    return "not-an-int"

@@ -1,0 +1,127 @@
+"""Translator: the typed values the lowering visitor computes with.
+
+Compile-time values are plain Python objects (int, bool, float, str, None, tuple). Run-time
+values name registers: `Int` (an int or bool), `Milli` (a float held in thousandths, e.g. a
+reward), `Lst` (an int list), `texts.Text`. `Var` is a Python variable or attribute that holds
+run-time values assigned on several paths. The rest describe objects the environment calls:
+the random module or a `random.Random`, the step's action text and what ``re`` makes of it,
+functions and bound methods.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Int:
+  reg: str
+  boolean: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Milli:
+  reg: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Lst:
+  reg: str
+
+
+@dataclasses.dataclass
+class Var:
+  """A mutable slot: ``kind`` "int" | "milli" | "list" | "text" | "const"; ``ref`` the
+  register, the `TextVar` or (for "const") the constant value."""
+
+  kind: str
+  ref: object
+  boolean: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+  """``range(lo, hi, step)`` with run-time (or large constant) bounds; ``step`` constant."""
+
+  lo: object
+  hi: object
+  step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Rng:
+  pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+  name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Builtin:
+  name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+  text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionText:
+  """The step's action (only ``re`` may read it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+  """``re.search`` (first) or ``re.findall`` (a list of groups) of a recognised pattern."""
+
+  grammar: int
+  many: bool  # findall
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  grammar: int
+  last: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Digits:
+  """A character of ``str(n)`` for an int ``n >= 0`` (``int(c)`` gives the digit)."""
+
+  value: Int
+
+
+@dataclasses.dataclass(frozen=True)
+class Func:
+  node: ast.FunctionDef
+  bound: bool  # a method of the environment (self is passed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  obj: object
+  name: str
+  target: ast.AST | None  # the object's expression (for mutation of attributes)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfRef:
+  pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+  """The ``{}`` info dict of reset / step."""
+
+
+CONST_TYPES = (int, bool, float, str, type(None), tuple)
+
+
+def is_const(v) -> bool:
+  if isinstance(v, tuple):
+    return all(is_const(x) for x in v)
+  return isinstance(v, CONST_TYPES)
