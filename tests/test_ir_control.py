@@ -52,8 +52,7 @@ jmp @loop
   + TAIL
 )
 NUMERIC = (
-  "turns 3\nreset\nstep\nset r0 0\nset r1 200\njz r1 6\nadd r0 r0 r1\nsub r1 r1 1\njmp 2\n"
-  + TAIL
+  "turns 3\nreset\nstep\nset r0 0\nset r1 200\njz r1 6\nadd r0 r0 r1\nsub r1 r1 1\njmp 2\n" + TAIL
 )
 STRAIGHT = "turns 3\nreset\nstep\nset r0 7\n" + TAIL
 FOREVER = "turns 3\nreset\nstep\n@top\nadd r0 r0 1\njnz 1 @top\n" + TAIL

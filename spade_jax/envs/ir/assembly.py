@@ -13,7 +13,9 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
   not r3 found
   ge r4 turn maxturns
   answer r0                       # the solution (scalar or list register)
+  obssel r5                       # optional: which obs line is the observation (default 0)
   obs "Guess my number between 1 and 100. Answer as \\boxed{N}."
+  obs "Alternative observation 1"  # further obs lines: alternatives 1, 2 .. (cfg.n_obs)
   hint "Halve the interval each turn."           # optional
   case r1 1000 stop "Correct!"    # case PRED REWARD stop|go TEMPLATE: first match wins
   case r4 0 go "Out of turns. It was " r0 "."
@@ -34,6 +36,12 @@ thousandths. Opcodes (signatures in `program.OPS`; ``d`` destination, ``a b c`` 
     (L.count(a) / L.index(a) / L[a]) | match d L M (equal positions) | leq d L M (L == M)
   dot d L M (sum of products) | lset l a b (l[a] = b) | push l a | clear l | copy l L
   sort/rev l L | take l L a (L[:a]) | shuffle l L | sample l L a | range l a b | digits l a
+  rsample l a b k (random.sample(range(a, b), k)) | jmp T | jz a T (if a == 0) | jnz a T
+
+Jumps: ``T`` is an instruction index of the same section (0-based; the number of
+instructions ends the call) or a label: a line ``@name`` in the reset or step code names the
+index of the next instruction (labels are local to their section; forward references work).
+`disassemble` prints numeric targets.
 
 Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the
 identical program.

@@ -10,6 +10,11 @@ what a multi-turn rollout wants. Observations are `Tokens` (token ids in a fixed
 `parse.parse_result`). Everything vmaps over keys, states, actions *and* programs; one
 compilation serves any program of the configured sizes.
 
+Code runs pc-driven (`_run`): each iteration executes ``code[pc]``, then ``pc`` becomes a
+taken jump's target or ``pc + 1``; the call ends at the section's end (its first nop) or after
+``cfg.max_exec`` instructions (``FAULT_CAPACITY``). Under `vmap` each lane has its own pc.
+After the reset code, ``program.obs_select`` picks the observation template (``n_obs``).
+
 Step semantics: ``time`` (the ``turn`` register) counts this step; the answer is loaded into
 ``found/guess/nguess/lguess``; the step code runs; the first case whose predicate is non-zero
 gives the feedback text, the reward (thousandths) and whether the episode terminates; it is

@@ -2,14 +2,18 @@
 
 `execute` computes every opcode's result for the current operands and selects the one named
 by the opcode: under `vmap` each lane may run a different program, so data-dependent control
-flow would become a select anyway. The one iterative op (``gcd``) runs in a `while_loop`
-whose inputs are zero unless the opcode is ``gcd``, so it costs nothing when no lane needs it.
+flow would become a select anyway. The iterative ops (``gcd``, ``rsample``'s own draws) run
+in `while_loop`s whose trip counts are zero unless the opcode is theirs, so they cost nothing
+when no lane needs them. Jumps write nothing here; `next_pc` gives the instruction to run next
+(the interpreter's program counter).
 
 Randomness: each interpreter call draws one block of random bits up front; a drawing op
 consumes ``k`` values (``rand``: the value, ``choice``: the index, ``shuffle``: the
-permutation ``new[i] = old[perm[i]]``, ``sample``: the chosen indices in order). Every drawn
+permutation ``new[i] = old[perm[i]]``, ``sample``: the chosen indices in order, ``rsample l a b k`` = ``random.sample(range(a, b),
+k)``: the chosen indices ``value - a`` in order). Every drawn
 value is appended to the episode's draw log, and a *tape* of values may override them
-(replaying draws recorded from a Python environment); replayed values are range-checked.
+(replaying draws recorded from a Python environment); replayed values are range-checked
+(and indices checked distinct: a bit set for list populations, pairwise for ``rsample``).
 """
 
 from __future__ import annotations

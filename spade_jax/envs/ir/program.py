@@ -1,7 +1,7 @@
 """`EnvProgram`: one environment as fixed-size int32 arrays, plus the checks every program passes.
 
-A program is data for the interpreter (`interpreter.py`): straight-line register code for
-`reset` and for `step`, constant tables, a feedback *case table* and token templates. Every
+A program is data for the interpreter (`interpreter.py`): register code (straight-line or
+with jumps) for `reset` and for `step`, constant tables, a feedback *case table* and token templates. Every
 size is a static `ProgramConfig` field, so all programs of one config share one compiled
 interpreter and a batch of different programs vectorises with `vmap`.
 
@@ -19,13 +19,23 @@ Machine model (what the assembler, the translator and the tiny designer target):
   any intermediate result outside int32 sets the sticky ``FAULT_OVERFLOW`` bit in the state
   (conservative w.r.t. Python's unbounded ints, which is what a translator needs to refuse).
   Python exceptions (zero division, bad index, empty choice ...) set other fault bits.
+* Control flow: each code section runs from instruction 0 with a program counter; ``jmp T``,
+  ``jz a T`` (if a == 0) and ``jnz a T`` (if a != 0) set it to ``T``, an immediate
+  instruction index in ``[0, n]`` of the same section (``n`` = its non-nop instructions; a
+  jump to ``n`` ends the call). A call ends when the pc reaches ``n`` or after
+  ``ProgramConfig.max_exec`` instructions (then ``FAULT_CAPACITY``). Opcodes added after the
+  straight-line set (``rsample``, the jumps) are appended to `OPS`; the tiny designer only
+  knows `STRAIGHT_LINE_OPS`.
 * After the step code runs, the first case ``(pred, reward, stop)`` whose predicate is
   non-zero picks the feedback template, the reward (in thousandths, so ``1000`` is 1.0) and
   whether the episode terminates. Truncation is structural: ``turn >= max_turns`` and not
   terminated.
 * Templates: literal token ids with number slots (scalar register as decimal, list as
   ``"a, b, c"``); see `text.py`. Template 0 is the observation, 1 the hint, 2 the solution
-  (``\\boxed{answer}``), ``3 + i`` the text of case ``i``.
+  (``\\boxed{answer}``), ``3 + i`` the text of case ``i``, and after the cases the
+  alternative observations ``1 .. n_obs - 1`` (`ProgramConfig.obs_template`). ``obs_select``
+  (mode, value) is an operand read after the reset code that picks the observation template
+  (zeros: template 0; outside ``[0, n_obs)``: ``FAULT_INDEX`` and template 0).
 
 `check_program` is written once over an array namespace (`numpy` on the host, `jax.numpy` on
 device, under `jit`/`vmap`) so host and device validation cannot disagree.
