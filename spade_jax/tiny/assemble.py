@@ -34,6 +34,7 @@ from spade_jax.envs.ir.program import (
   MODE_LIST,
   MODE_REG,
   MODE_TABLE,
+  N_STRAIGHT_LINE_CHECKS,
   SLOT_INT,
   SLOT_LIST,
   TPL_CASE0,
@@ -49,7 +50,7 @@ from spade_jax.tiny import grammar as g
 # Reason codes of `assemble_tokens`: parse errors, then ``check_program`` failures.
 REASONS = (
   g.PARSE_REASONS
-  + tuple(f"check: {c}" for c in CHECKS[1:])
+  + tuple(f"check: {c}" for c in CHECKS[1:N_STRAIGHT_LINE_CHECKS])  # frozen (no obs_select)
   + ("feasibility: the program's own answer is not rewarded 1.0 with termination",)
 )
 INFEASIBLE = len(REASONS) - 1
@@ -215,6 +216,7 @@ def _finish(lang, buf, off, tpl_len, table_len, n_cases) -> EnvProgram:
     digit_ids=jnp.asarray(lang.digit_ids, jnp.int32),
     sep_ids=jnp.asarray(lang.sep_ids, jnp.int32),
     sep_len=jnp.asarray(lang.sep_len, jnp.int32),
+    obs_select=jnp.zeros(2, jnp.int32),  # the tiny language has one observation template
   )
 
 

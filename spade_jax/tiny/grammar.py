@@ -5,7 +5,7 @@ scans it to parse) and the host checks of `Language.encode`/`decode` (`check_tok
 `transition` is written once over an array namespace, like `program.check_program`.
 
 **Tables** (host, cached per `Language`): tokens fall into classes (each keyword, the end token,
-one class per opcode *signature* of `program.OPS`, general / special registers, lists,
+one class per opcode *signature* of `program.STRAIGHT_LINE_OPS`, general / special registers, lists,
 ``lguess``, tables, ``+``, ``-``, each digit, phrases); state x class -> next state (-1: not
 allowed) and the edge's effects. The grammar is `assembly.py`'s order with each opcode's operand
 kinds; immediates are a sign then at most 9 digits (no leading zero, no ``-0``); turns in
@@ -33,7 +33,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.ir.program import OP_NAMES, OPS
+from spade_jax.envs.ir.program import OPS, STRAIGHT_LINE_OPS
 from spade_jax.tiny.tokenizer import KEYWORDS
 
 # ---------------------------------------------------------------------------- token classes
@@ -41,7 +41,7 @@ C_OTHER = 0
 C_KW = {k: 1 + i for i, k in enumerate(KEYWORDS)}
 C_END, C_REG, C_SPECIAL, C_LREG, C_LGUESS, C_TABLE, C_PLUS, C_MINUS = range(11, 19)
 C_DIGIT0, C_PHRASE = 19, 29
-SIGNATURES = tuple(sorted({sig for name, sig in OPS.items() if name != "nop"}))
+SIGNATURES = tuple(sorted({OPS[name] for name in STRAIGHT_LINE_OPS if name != "nop"}))
 C_SIG0 = 30
 N_CLASSES = C_SIG0 + len(SIGNATURES)
 DIGITS = tuple(range(C_DIGIT0, C_DIGIT0 + 10))
@@ -279,7 +279,7 @@ def token_classes(lang) -> tuple[np.ndarray, np.ndarray]:
     range(10),
   )
   for op, t in enumerate(lang.op_ids, start=1):
-    cls[t], idx[t] = C_SIG0 + SIGNATURES.index(OPS[OP_NAMES[op]]), op
+    cls[t], idx[t] = C_SIG0 + SIGNATURES.index(OPS[STRAIGHT_LINE_OPS[op]]), op
   return cls, idx
 
 

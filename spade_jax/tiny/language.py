@@ -17,7 +17,7 @@ one token)::
   <case> <r6> +0 <go> "No answer found. Put your final answer in \\boxed{}."
   <case> +1 +0 <go> "Wrong answer. Try again." <|im_end|>
 
-* Words (`tokenizer.DESIGNER_WORDS`): keywords, opcodes (signatures `program.OPS`, no ``nop``),
+* Words (`tokenizer.DESIGNER_WORDS`): keywords, opcodes (`program.STRAIGHT_LINE_OPS`, signatures `program.OPS`, no ``nop``),
   ``<r0>..``, ``<turn> <maxturns> <found> <guess> <nguess>``, ``<l0>.. <lguess>``, ``<t0>..``,
   ``<stop>``/``<go>``; a table is ``<table> <tK>`` and its values.
 * Immediates: a sign token ``+``/``-``, then 1-9 digit tokens (no leading zero, no ``-0``).
@@ -49,7 +49,7 @@ import json
 import re
 
 from spade_jax.envs.ir.assembly import split_lines as split_assembly_lines
-from spade_jax.envs.ir.program import OP_NAMES, SPECIALS, ProgramConfig
+from spade_jax.envs.ir.program import SPECIALS, STRAIGHT_LINE_OPS, ProgramConfig
 from spade_jax.envs.ir.text import tokenizer_constants
 from spade_jax.rollout.types import HINT_SEPARATOR
 from spade_jax.tiny import grammar
@@ -111,7 +111,7 @@ class Language:
   max_tokens: int  # sampled tokens per program, the end token included
   vocab_size: int
   keyword_ids: tuple[int, ...]  # aligned with tokenizer.KEYWORDS
-  op_ids: tuple[int, ...]  # opcodes 1.. (OP_NAMES[1:])
+  op_ids: tuple[int, ...]  # opcodes 1.. (STRAIGHT_LINE_OPS[1:])
   reg_ids: tuple[int, ...]
   special_ids: tuple[int, ...]
   list_ids: tuple[int, ...]
@@ -158,7 +158,7 @@ class Language:
       max_tokens=int(max_tokens),
       vocab_size=int(tok.vocab_size),
       keyword_ids=tuple(word(k) for k in KEYWORDS),
-      op_ids=tuple(word(n) for n in OP_NAMES[1:]),
+      op_ids=tuple(word(n) for n in STRAIGHT_LINE_OPS[1:]),
       reg_ids=tuple(word(f"r{i}") for i in range(cfg.n_regs)),
       special_ids=tuple(word(s) for s in SPECIALS),
       list_ids=tuple(word(f"l{i}") for i in range(cfg.n_lists)),
@@ -214,8 +214,8 @@ class Language:
     head, rest = words[0], words[1:]
     if head in KEYWORDS[:-2]:
       out = [self.keyword_ids[KEYWORDS.index(head)]]
-    elif head in OP_NAMES[1:]:
-      out = [self.op_ids[OP_NAMES.index(head) - 1]]
+    elif head in STRAIGHT_LINE_OPS[1:]:
+      out = [self.op_ids[STRAIGHT_LINE_OPS.index(head) - 1]]
     else:
       raise ValueError(f"unknown statement {head!r}")
     if head in ("obs", "hint"):
@@ -354,7 +354,7 @@ def _phrase_lookup(lang: Language):
 @functools.lru_cache(maxsize=8)
 def _token_names(lang: Language) -> dict[int, tuple[str, str]]:
   names = {t: ("stmt", k) for k, t in zip(KEYWORDS, lang.keyword_ids)}
-  names.update({t: ("stmt", n) for n, t in zip(OP_NAMES[1:], lang.op_ids)})
+  names.update({t: ("stmt", n) for n, t in zip(STRAIGHT_LINE_OPS[1:], lang.op_ids)})
   for w in ("stop", "go"):
     names[lang.keyword_ids[KEYWORDS.index(w)]] = ("word", w)
   words = [(f"r{i}", t) for i, t in enumerate(lang.reg_ids)] + list(zip(SPECIALS, lang.special_ids))

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from spade_jax.envs.ir.assembly import split_lines as split_assembly_lines
-from spade_jax.envs.ir.program import OP_NAMES, SPECIALS
+from spade_jax.envs.ir.program import SPECIALS, STRAIGHT_LINE_OPS
 from spade_jax.rollout.types import HINT_SEPARATOR
 from spade_jax.tokenizer import import_transformers, load_tokenizer
 
@@ -54,7 +54,7 @@ N_REG_TOKENS, N_LIST_TOKENS, N_TABLE_TOKENS = 16, 4, 4
 KEYWORDS = ("turns", "table", "reset", "step", "answer", "obs", "hint", "case", "stop", "go")
 DESIGNER_WORDS: tuple[str, ...] = (
   KEYWORDS
-  + tuple(OP_NAMES[1:])  # every opcode but nop (nops only pad)
+  + tuple(STRAIGHT_LINE_OPS[1:])  # the straight-line opcodes but nop (nops only pad)
   + tuple(f"r{i}" for i in range(N_REG_TOKENS))
   + SPECIALS
   + tuple(f"l{i}" for i in range(N_LIST_TOKENS))

@@ -13,7 +13,9 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
   not r3 found
   ge r4 turn maxturns
   answer r0                       # the solution (scalar or list register)
+  obssel r5                       # optional: which obs line is the observation (default 0)
   obs "Guess my number between 1 and 100. Answer as \\boxed{N}."
+  obs "Alternative observation 1"  # further obs lines: alternatives 1, 2 .. (cfg.n_obs)
   hint "Halve the interval each turn."           # optional
   case r1 1000 stop "Correct!"    # case PRED REWARD stop|go TEMPLATE: first match wins
   case r4 0 go "Out of turns. It was " r0 "."
@@ -34,6 +36,12 @@ thousandths. Opcodes (signatures in `program.OPS`; ``d`` destination, ``a b c`` 
     (L.count(a) / L.index(a) / L[a]) | match d L M (equal positions) | leq d L M (L == M)
   dot d L M (sum of products) | lset l a b (l[a] = b) | push l a | clear l | copy l L
   sort/rev l L | take l L a (L[:a]) | shuffle l L | sample l L a | range l a b | digits l a
+  rsample l a b k (random.sample(range(a, b), k)) | jmp T | jz a T (if a == 0) | jnz a T
+
+Jumps: ``T`` is an instruction index of the same section (0-based; the number of
+instructions ends the call) or a label: a line ``@name`` in the reset or step code names the
+index of the next instruction (labels are local to their section; forward references work).
+`disassemble` prints numeric targets.
 
 Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the
 identical program.
@@ -55,6 +63,7 @@ from spade_jax.envs.ir.program import (
   INT32_MIN,
   MODE_IMM,
   MODE_LIST,
+  MODE_NONE,
   MODE_REG,
   MODE_TABLE,
   OPCODE,
@@ -63,7 +72,6 @@ from spade_jax.envs.ir.program import (
   SPECIALS,
   TPL_CASE0,
   TPL_HINT,
-  TPL_OBS,
   TPL_SOLUTION,
   EnvProgram,
   ProgramConfig,
@@ -83,15 +91,17 @@ _WORD = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s"]+|"')
 _INT = re.compile(r"-?[0-9]+")
 
 
-_KEYWORDS = ("turns", "table", "reset", "step", "answer", "obs", "hint", "case")
+_LABEL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
+_KEYWORDS = ("turns", "table", "reset", "step", "answer", "obssel", "obs", "hint", "case")
 # Grammar: stage -> {statement: next stage}; instructions are allowed in reset/step.
 _NEXT = {
   "start": {"turns": "turns"},
   "turns": {"table": "turns", "reset": "reset"},
   "reset": {"step": "step"},
   "step": {"answer": "answer"},
-  "answer": {"obs": "obs"},
-  "obs": {"hint": "hint", "case": "case"},
+  "answer": {"obssel": "obssel", "obs": "obs"},
+  "obssel": {"obs": "obs"},
+  "obs": {"obs": "obs", "hint": "hint", "case": "case"},
   "hint": {"case": "case"},
   "case": {"case": "case"},
 }
@@ -139,6 +149,9 @@ class _Assembler:
     self.arr.update(tokenizer_constants(tokenizer, cfg))
     self.rows: dict[str, list[int]] = {"reset": [], "step": [], "case": []}
     self.template_lines: dict[int, int] = {}
+    self.labels: dict[str, int] = {}  # labels of the current section -> instruction index
+    self.fixups: list[tuple] = []  # (line, section, row, column, label) to resolve
+    self.n_obs = 0
 
   # -------------------------------------------------------------------------- operands
   def int_word(self, line, w, lo=INT32_MIN, hi=INT32_MAX) -> int:
@@ -194,6 +207,30 @@ class _Assembler:
       return MODE_TABLE, i
     raise line.error(f"expected a list register or a table, got {w!r}")
 
+  def target(self, line, w, section: str, row: int, column: int) -> tuple[int, int]:
+    if _INT.fullmatch(w):
+      return MODE_IMM, self.int_word(line, w)
+    if not _LABEL.fullmatch(w):
+      raise line.error(f"expected a jump target (an instruction index or @label), got {w!r}")
+    self.fixups.append((line, section, row, column, w))
+    return MODE_IMM, 0
+
+  def label(self, line, section: str):
+    w = line.words[0]
+    if len(line.words) != 1 or not _LABEL.fullmatch(w):
+      raise line.error(f"expected a label '@name' alone on its line, got {' '.join(line.words)!r}")
+    if w in self.labels:
+      raise line.error(f"label {w} defined twice in the {section} code")
+    self.labels[w] = len(self.rows[section])
+
+  def end_section(self):
+    """Resolves the jump targets of the section just finished (labels are per section)."""
+    for line, section, row, column, name in self.fixups:
+      if name not in self.labels:
+        raise line.error(f"unknown label {name} (labels are local to the {section} code)")
+      self.arr[f"{section}_code"][row, column] = self.labels[name]
+    self.labels, self.fixups = {}, []
+
   # ------------------------------------------------------------------------ statements
   def table(self, line):
     if len(line.words) < 2 or not re.fullmatch(r"t[0-9]+", line.words[1]):
@@ -215,12 +252,16 @@ class _Assembler:
       raise line.error(f"unknown opcode {name!r}")
     dst_kind, arg_kinds = OPS[name]
     sig = ([{"r": "DST-REG", "l": "DST-LIST"}[dst_kind]] if dst_kind != "-" else []) + [
-      {"S": "SCALAR", "L": "LIST"}[k] for k in arg_kinds
+      {"S": "SCALAR", "L": "LIST", "T": "TARGET"}[k] for k in arg_kinds
     ]
     if len(line.words) - 1 != len(sig):
       raise line.error(
         f"{name} takes {len(sig)} operands ({' '.join(sig)}), got {len(line.words) - 1}"
       )
+    code = self.arr[f"{section}_code"]
+    n = len(self.rows[section])
+    if n == code.shape[0]:
+      raise line.error(f"more than {code.shape[0]} {section} instructions")
     row = np.zeros(8, np.int32)
     row[0] = OPCODE[name]
     words = line.words[1:]
@@ -233,13 +274,12 @@ class _Assembler:
         )
       row[1] = d
     for j, (kind, w) in enumerate(zip(arg_kinds, words)):
-      row[2 + 2 * j : 4 + 2 * j] = (self.scalar_src if kind == "S" else self.list_src)(line, w)
+      if kind == "T":
+        row[2 + 2 * j : 4 + 2 * j] = self.target(line, w, section, n, 3 + 2 * j)
+      else:
+        row[2 + 2 * j : 4 + 2 * j] = (self.scalar_src if kind == "S" else self.list_src)(line, w)
     if name == "rand" and row[2] == row[4] == MODE_IMM and row[3] > row[5]:
       raise line.error(f"rand range is empty ({row[3]} > {row[5]})")
-    code = self.arr[f"{section}_code"]
-    n = len(self.rows[section])
-    if n == code.shape[0]:
-      raise line.error(f"more than {code.shape[0]} {section} instructions")
     code[n] = row
     self.rows[section].append(line.number)
 
@@ -320,10 +360,15 @@ class _Assembler:
       head = line.words[0]
       nxt = _NEXT[stage].get(head)
       if nxt is None and stage in ("reset", "step") and head not in _KEYWORDS:
-        self.instruction(line, stage)
+        if head.startswith("@"):
+          self.label(line, stage)
+        else:
+          self.instruction(line, stage)
         continue
       if nxt is None:
         raise line.error(f"expected {' or '.join(_EXPECT[stage])}, got {head!r}")
+      if stage in ("reset", "step"):
+        self.end_section()
       stage = nxt
       if head == "turns":
         if len(line.words) != 2:
@@ -336,11 +381,20 @@ class _Assembler:
           raise line.error(f"'{head}' stands alone on its line")
       elif head == "answer":
         self.answer(line)
-      elif head in ("obs", "hint"):
+      elif head == "obssel":
+        if len(line.words) != 2:
+          raise line.error("expected 'obssel OPERAND' (an integer or a scalar register)")
+        self.arr["obs_select"][:] = self.scalar_src(line, line.words[1])
+      elif head == "obs":
         items = self.items(line, line.words[1:])
-        if head == "obs" and not items:
+        if not items:
           raise line.error("the observation template is empty")
-        self.template(line, TPL_OBS if head == "obs" else TPL_HINT, items)
+        if self.n_obs == self.cfg.n_obs:
+          raise line.error(f"more than {self.cfg.n_obs} observation templates (config n_obs)")
+        self.template(line, self.cfg.obs_template(self.n_obs), items)
+        self.n_obs += 1
+      elif head == "hint":
+        self.template(line, TPL_HINT, self.items(line, line.words[1:]))
       else:
         self.case(line)
     last = lines[-1].number if lines else 0
@@ -427,7 +481,12 @@ def disassemble(program: EnvProgram, tokenizer, cfg: ProgramConfig = DEFAULT_CON
       out.append(" ".join(words))
   kind, idx = int(p.answer[0]), int(p.answer[1])
   out.append("answer " + (f"r{idx}" if kind == ANSWER_INT else f"l{idx}"))
-  out.append("obs " + _items_text(template_items(p, TPL_OBS, tokenizer), cfg))
+  if int(p.obs_select[0]) != MODE_NONE:
+    out.append("obssel " + _operand(int(p.obs_select[0]), int(p.obs_select[1]), cfg))
+  alts = [template_items(p, cfg.obs_template(j), tokenizer) for j in range(cfg.n_obs)]
+  while len(alts) > 1 and not alts[-1]:
+    alts.pop()
+  out += ["obs " + _items_text(items, cfg) for items in alts]
   hint = template_items(p, TPL_HINT, tokenizer)
   if hint:
     out.append("hint " + _items_text(hint, cfg))

@@ -3,7 +3,8 @@
 The interpreter logs every value it draws (`EnvState.draws`, in order) and can replay a tape
 of values instead of sampling (`ProgramEnv.reset_with_tape`). A draw is recorded at the level
 of Python's ``random`` API: ``randint(a, b)`` -> the value; ``choice(seq)`` -> the index;
-``sample(pop, k)`` -> the ``k`` chosen indices in order; ``shuffle(x)`` -> the permutation
+``sample(pop, k)`` -> the ``k`` chosen indices in order (``sample(range(a, b), k)``, the
+interpreter's ``rsample``, logs ``value - a``); ``shuffle(x)`` -> the permutation
 ``perm`` with ``new[i] = old[perm[i]]``. Both directions use these helpers:
 
 * interpreter -> Python: `DrawReplay(draws)` is an RNG whose calls return the interpreter's
@@ -61,7 +62,7 @@ class DrawReplay:
     return idx
 
   def sample(self, population, k: int):
-    pop = list(population)
+    pop = population if isinstance(population, range) else list(population)
     return [pop[i] for i in self._indices(len(pop), k, f"sample(len {len(pop)}, {k})")]
 
   def shuffle(self, x) -> None:
@@ -90,7 +91,7 @@ class DrawRecorder(random.Random):
     return seq[i]
 
   def sample(self, population, k, **kwargs):
-    pop = list(population)
+    pop = population if isinstance(population, range) else list(population)
     idx = super().sample(range(len(pop)), k)
     self.tape += idx
     return [pop[i] for i in idx]

@@ -10,6 +10,11 @@ what a multi-turn rollout wants. Observations are `Tokens` (token ids in a fixed
 `parse.parse_result`). Everything vmaps over keys, states, actions *and* programs; one
 compilation serves any program of the configured sizes.
 
+Code runs pc-driven (`_run`): each iteration executes ``code[pc]``, then ``pc`` becomes a
+taken jump's target or ``pc + 1``; the call ends at the section's end (its first nop) or after
+``cfg.max_exec`` instructions (``FAULT_CAPACITY``). Under `vmap` each lane has its own pc.
+After the reset code, ``program.obs_select`` picks the observation template (``n_obs``).
+
 Step semantics: ``time`` (the ``turn`` register) counts this step; the answer is loaded into
 ``found/guess/nguess/lguess``; the step code runs; the first case whose predicate is non-zero
 gives the feedback text, the reward (thousandths) and whether the episode terminates; it is
@@ -30,9 +35,11 @@ from spade_jax.envs.ir.program import (
   ANSWER_LIST,
   DEFAULT_CONFIG,
   FAULT_CAPACITY,
+  FAULT_INDEX,
   FAULT_NAMES,
   FAULT_REWARD,
   MODE_IMM,
+  MODE_NONE,
   REWARD_SCALE,
   SPECIAL_MAXTURNS,
   SPECIAL_NGUESS,
@@ -119,7 +126,14 @@ class ProgramEnv(environment.Environment):
       tape_len=jnp.int32(0) if tape_len is None else jnp.asarray(tape_len, jnp.int32),
     )
     state = self._run(key, state, program.reset_code, program)
-    obs, state = self._render(state, TPL_OBS, program)
+    # The observation template: `obs_select` (zeros = template 0) picks one of n_obs.
+    mode, val = program.obs_select[0], program.obs_select[1]
+    sel = jnp.where(mode == MODE_IMM, val, state.regs[jnp.clip(val, 0, cfg.n_regfile - 1)])
+    sel = jnp.where(mode == MODE_NONE, 0, sel)
+    sel_ok = (sel >= 0) & (sel < cfg.n_obs)
+    t = jnp.where(sel_ok & (sel > 0), TPL_CASE0 + cfg.n_cases + sel - 1, TPL_OBS)
+    state = state.replace(fault=state.fault | ~sel_ok * FAULT_INDEX)
+    obs, state = self._render(state, t, program)
     return obs, state
 
   def transition(self, key, state: EnvState, action: Action, program: EnvProgram):
@@ -208,14 +222,23 @@ class ProgramEnv(environment.Environment):
     m = ops.Machine(
       state.regs, state.lists, state.list_len, state.fault, state.draws, state.n_draws, jnp.int32(0)
     )
-    # Run up to the first nop (valid programs pad with nops only at the end); under `vmap`
-    # the loop runs as long as the longest program in the batch.
+    # Run from pc 0 until pc reaches the first nop (valid programs pad with nops only at the
+    # end) or `max_exec` instructions ran; under `vmap` each lane has its own pc and the loop
+    # runs as long as the longest-running lane.
     n_code = jnp.sum(code[:, 0] != 0)
-    _, m = jax.lax.while_loop(
-      lambda c: c[0] < n_code,
-      lambda c: (c[0] + 1, ops.execute(code[c[0]], c[1], ctx, cfg)),
-      (jnp.int32(0), m),
+
+    def body(c):
+      pc, n_exec, m = c
+      ins = code[jnp.clip(pc, 0, code.shape[0] - 1)]
+      nxt = ops.next_pc(ins, m.regs, pc, cfg)
+      return nxt, n_exec + 1, ops.execute(ins, m, ctx, cfg)
+
+    pc, _, m = jax.lax.while_loop(
+      lambda c: (c[0] < n_code) & (c[1] < cfg.max_exec),
+      body,
+      (jnp.int32(0), jnp.int32(0), m),
     )
+    m = m._replace(fault=m.fault | (pc < n_code) * FAULT_CAPACITY)
     return state.replace(
       regs=m.regs,
       lists=m.lists,

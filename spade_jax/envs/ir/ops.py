@@ -2,14 +2,18 @@
 
 `execute` computes every opcode's result for the current operands and selects the one named
 by the opcode: under `vmap` each lane may run a different program, so data-dependent control
-flow would become a select anyway. The one iterative op (``gcd``) runs in a `while_loop`
-whose inputs are zero unless the opcode is ``gcd``, so it costs nothing when no lane needs it.
+flow would become a select anyway. The iterative ops (``gcd``, ``rsample``'s own draws) run
+in `while_loop`s whose trip counts are zero unless the opcode is theirs, so they cost nothing
+when no lane needs them. Jumps write nothing here; `next_pc` gives the instruction to run next
+(the interpreter's program counter).
 
 Randomness: each interpreter call draws one block of random bits up front; a drawing op
 consumes ``k`` values (``rand``: the value, ``choice``: the index, ``shuffle``: the
-permutation ``new[i] = old[perm[i]]``, ``sample``: the chosen indices in order). Every drawn
+permutation ``new[i] = old[perm[i]]``, ``sample``: the chosen indices in order, ``rsample l a b k`` = ``random.sample(range(a, b),
+k)``: the chosen indices ``value - a`` in order). Every drawn
 value is appended to the episode's draw log, and a *tape* of values may override them
-(replaying draws recorded from a Python environment); replayed values are range-checked.
+(replaying draws recorded from a Python environment); replayed values are range-checked
+(and indices checked distinct: a bit set for list populations, pairwise for ``rsample``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from spade_jax.envs.ir.text import decimal_digits
 _U31 = jnp.uint32(2**31)
 _SCALAR_OPS = tuple(n for n in OP_NAMES if OPS[n][0] == "r")
 _LIST_OPS = tuple(n for n in OP_NAMES if OPS[n][0] == "l")
+# `execute` selects results by opcode offset and tests "writes a scalar/list" by range: each
+# kind must occupy consecutive opcode numbers.
+for _group in (_SCALAR_OPS, _LIST_OPS):
+  assert [OPCODE[n] for n in _group] == list(range(OPCODE[_group[0]], OPCODE[_group[-1]] + 1))
 
 
 class Machine(NamedTuple):
@@ -99,6 +107,25 @@ def _gcd(a, b):
   return jax.lax.bitcast_convert_type(x, jnp.int32), x > _U31 - 1
 
 
+def _rsample_own(bits, n, k):
+  """Own draws of ``rsample``: ``k`` distinct indices of ``range(n)`` in draw order, uniform
+  without replacement (the j-th pick is uniform over the ``n - j`` remaining, mapped past the
+  earlier picks). ``n`` uint32; the loops run only while some lane has ``k > 0``."""
+  lw = bits.shape[0]
+  none = jnp.uint32(0xFFFFFFFF)
+
+  def pick(c):
+    j, picks = c
+    r = bits[j] % jnp.maximum(n - j.astype(jnp.uint32), 1)
+    # The r-th value not yet picked: least fixed point of v = r + #{picks <= v}.
+    step = lambda v: r + jnp.sum(picks <= v).astype(jnp.uint32)
+    v, _ = jax.lax.while_loop(lambda d: d[0] != d[1], lambda d: (step(d[0]), d[0]), (step(r), r))
+    return j + 1, picks.at[j].set(v)
+
+  _, picks = jax.lax.while_loop(lambda c: c[0] < k, pick, (jnp.int32(0), jnp.full(lw, none)))
+  return jnp.where(picks == none, 0, picks).astype(jnp.int32)
+
+
 def _rank_sort(keys):
   """Stable ascending sort of a short vector by ranks (vectorises better than `sort` under
   `vmap` on CPU) -> (sorted keys, permutation with ``sorted = keys[perm]``)."""
@@ -147,8 +174,15 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   is_op = lambda name: op == OPCODE[name]
 
   # Draws: own values from this call's bits, overridden by the tape where it has entries.
+  rs = is_op("rsample")
+  rs_n, rs_n_o = _sub(sb, sa)  # population size of range(a, b)
+  rs_n = jnp.where(sb > sa, rs_n, 0)
+  rs_n_o = rs_n_o & (sb > sa)
+  rs_bad_k = (sc < 0) | (sc > rs_n) | rs_n_o
   draw_n = jnp.select(
-    [is_op("rand") | is_op("choice"), is_op("shuffle"), is_op("sample")], [1, na, sb], 0
+    [is_op("rand") | is_op("choice"), is_op("shuffle"), is_op("sample"), rs],
+    [1, na, sb, jnp.where(rs_bad_k, 0, sc)],
+    0,
   )
   draw_n = jnp.clip(draw_n, 0, lw)
   bits = jax.lax.dynamic_slice(ctx.bits, (m.local,), (lw,))
@@ -157,11 +191,16 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   # invalid slots sort last (stable), so the first `na` entries are the sorted valid ones.
   sort_keys = jnp.where(is_op("sort"), la, (bits >> 1).astype(jnp.int32))
   sorted_vals, perm = _rank_sort(jnp.where(va, sort_keys, INT32_MAX))
+  rs_own = _rsample_own(bits, rs_n.astype(jnp.uint32), jnp.where(rs, draw_n, 0))
   own = jnp.where(
-    is_op("rand"),
-    sa + (bits[0] % jnp.maximum(span, 1)).astype(jnp.int32),
+    rs,
+    rs_own,
     jnp.where(
-      is_op("choice"), (bits[0] % jnp.maximum(na, 1).astype(jnp.uint32)).astype(jnp.int32), perm
+      is_op("rand"),
+      sa + (bits[0] % jnp.maximum(span, 1)).astype(jnp.int32),
+      jnp.where(
+        is_op("choice"), (bits[0] % jnp.maximum(na, 1).astype(jnp.uint32)).astype(jnp.int32), perm
+      ),
     ),
   )
   taped = m.n_draws + col < ctx.tape_len
@@ -173,15 +212,30 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   bitset = jnp.where(live & in_pop, jnp.left_shift(jnp.uint32(1), jnp.clip(drawn, 0, 31)), 0)
   seen = jax.lax.reduce(bitset.astype(jnp.uint32), jnp.uint32(0), jax.lax.bitwise_or, (0,))
   idx_ok = jnp.all(~live | in_pop) & (jax.lax.population_count(seen) == draw_n)
+  # rsample's population may be large: pairwise distinctness over the k <= list_len indices.
+  rs_live = live & rs
+  rs_dup = rs_live[:, None] & rs_live[None, :] & (col[:, None] < col[None, :])
+  rs_ok = jnp.all(~rs_live | ((drawn >= 0) & (drawn < rs_n))) & ~jnp.any(
+    rs_dup & (drawn[:, None] == drawn[None, :])
+  )
   diff, diff_o = _sub(sb, sa)
   rand_bad = (sa > sb) | diff_o | (diff >= INT32_MAX) | (taped[0] & ((first < sa) | (first > sb)))
   draw_fault = jnp.select(
-    [is_op("rand"), is_op("choice"), is_op("shuffle"), is_op("sample")],
+    [is_op("rand"), is_op("choice"), is_op("shuffle"), is_op("sample"), rs],
     [
       jnp.where(rand_bad, FAULT_RANDOM, 0),
       jnp.where((na == 0) | ~idx_ok, FAULT_RANDOM, 0),
       jnp.where(idx_ok, 0, FAULT_RANDOM),
       jnp.where((sb < 0) | (sb > na), FAULT_INDEX, jnp.where(idx_ok, 0, FAULT_RANDOM)),
+      jnp.where(
+        rs_n_o,
+        FAULT_OVERFLOW,
+        jnp.where(
+          rs_bad_k,
+          FAULT_INDEX,
+          jnp.where(sc > lw, FAULT_CAPACITY, jnp.where(rs_ok, 0, FAULT_RANDOM)),
+        ),
+      ),
     ],
     0,
   )
@@ -265,6 +319,7 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
     "sample": (picked, jnp.clip(sb, 0, na), none),
     "range": (sa + col, jnp.where(range_bad, 0, rlen), range_bad * FAULT_CAPACITY),
     "digits": (digs, jnp.where(sa < 0, 0, ndig), (sa < 0) * FAULT_INDEX),
+    "rsample": (sa + drawn, draw_n, none),
   }
   assert tuple(lists) == _LIST_OPS
   s_idx = jnp.clip(op - OPCODE[_SCALAR_OPS[0]], 0, len(_SCALAR_OPS) - 1)
@@ -275,7 +330,7 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
   l_len = jnp.stack([jnp.asarray(n, jnp.int32) for _, n, _ in lists.values()])[l_idx]
   l_fault = jnp.stack([jnp.asarray(f, jnp.int32) for _, _, f in lists.values()])[l_idx]
   writes_scalar = (op >= OPCODE[_SCALAR_OPS[0]]) & (op <= OPCODE[_SCALAR_OPS[-1]])
-  writes_list = op >= OPCODE[_LIST_OPS[0]]
+  writes_list = (op >= OPCODE[_LIST_OPS[0]]) & (op <= OPCODE[_LIST_OPS[-1]])
   fault = jnp.where(writes_scalar, s_fault, jnp.where(writes_list, l_fault, 0))
   fault = fault | draw_fault
   regs = jnp.where(writes_scalar & (jnp.arange(cfg.n_regfile) == dst), s_val, regs)
@@ -298,3 +353,15 @@ def execute(ins, m: Machine, ctx: Context, cfg: ProgramConfig) -> Machine:
     jnp.minimum(m.n_draws + draw_n, cap),
     jnp.minimum(m.local + draw_n, cap),
   )
+
+
+def next_pc(ins, regs, pc, cfg: ProgramConfig):
+  """The instruction index after running ``ins`` at ``pc``: a taken jump's target (``jmp T``,
+  ``jz a T`` if a == 0, ``jnz a T`` if a != 0), else ``pc + 1``. Jumps write nothing, so
+  reading ``regs`` before or after `execute` gives the same answer."""
+  op = ins[0]
+  a = jnp.where(ins[2] == MODE_IMM, ins[3], regs[jnp.clip(ins[3], 0, cfg.n_regfile - 1)])
+  taken = (op == OPCODE["jmp"]) | ((op == OPCODE["jz"]) & (a == 0))
+  taken |= (op == OPCODE["jnz"]) & (a != 0)
+  target = jnp.where(op == OPCODE["jmp"], ins[3], ins[5])
+  return jnp.where(taken, target, pc + 1)

@@ -1,7 +1,7 @@
 """`EnvProgram`: one environment as fixed-size int32 arrays, plus the checks every program passes.
 
-A program is data for the interpreter (`interpreter.py`): straight-line register code for
-`reset` and for `step`, constant tables, a feedback *case table* and token templates. Every
+A program is data for the interpreter (`interpreter.py`): register code (straight-line or
+with jumps) for `reset` and for `step`, constant tables, a feedback *case table* and token templates. Every
 size is a static `ProgramConfig` field, so all programs of one config share one compiled
 interpreter and a batch of different programs vectorises with `vmap`.
 
@@ -19,13 +19,23 @@ Machine model (what the assembler, the translator and the tiny designer target):
   any intermediate result outside int32 sets the sticky ``FAULT_OVERFLOW`` bit in the state
   (conservative w.r.t. Python's unbounded ints, which is what a translator needs to refuse).
   Python exceptions (zero division, bad index, empty choice ...) set other fault bits.
+* Control flow: each code section runs from instruction 0 with a program counter; ``jmp T``,
+  ``jz a T`` (if a == 0) and ``jnz a T`` (if a != 0) set it to ``T``, an immediate
+  instruction index in ``[0, n]`` of the same section (``n`` = its non-nop instructions; a
+  jump to ``n`` ends the call). A call ends when the pc reaches ``n`` or after
+  ``ProgramConfig.max_exec`` instructions (then ``FAULT_CAPACITY``). Opcodes added after the
+  straight-line set (``rsample``, the jumps) are appended to `OPS`; the tiny designer only
+  knows `STRAIGHT_LINE_OPS`.
 * After the step code runs, the first case ``(pred, reward, stop)`` whose predicate is
   non-zero picks the feedback template, the reward (in thousandths, so ``1000`` is 1.0) and
   whether the episode terminates. Truncation is structural: ``turn >= max_turns`` and not
   terminated.
 * Templates: literal token ids with number slots (scalar register as decimal, list as
   ``"a, b, c"``); see `text.py`. Template 0 is the observation, 1 the hint, 2 the solution
-  (``\\boxed{answer}``), ``3 + i`` the text of case ``i``.
+  (``\\boxed{answer}``), ``3 + i`` the text of case ``i``, and after the cases the
+  alternative observations ``1 .. n_obs - 1`` (`ProgramConfig.obs_template`). ``obs_select``
+  (mode, value) is an operand read after the reset code that picks the observation template
+  (zeros: template 0; outside ``[0, n_obs)``: ``FAULT_INDEX`` and template 0).
 
 `check_program` is written once over an array namespace (`numpy` on the host, `jax.numpy` on
 device, under `jit`/`vmap`) so host and device validation cannot disagree.
@@ -71,9 +81,10 @@ FAULT_NAMES = {
 
 # Opcodes: name -> (destination kind, operand kinds). Destination "r" = writable scalar
 # register, "l" = writable list register, "-" = none. Operand "S" = scalar (immediate or
-# register), "L" = list (list register or table). The order fixes the opcode numbers.
+# register), "L" = list (list register or table), "T" = jump target (an immediate instruction
+# index in the same section). The order fixes the opcode numbers: new opcodes are appended.
 # fmt: off
-OPS: dict[str, tuple[str, str]] = {
+_STRAIGHT_LINE: dict[str, tuple[str, str]] = {
   "nop": ("-", ""),
   "set": ("r", "S"), "add": ("r", "SS"), "sub": ("r", "SS"), "mul": ("r", "SS"),
   "div": ("r", "SS"), "mod": ("r", "SS"), "neg": ("r", "S"), "abs": ("r", "S"),
@@ -89,14 +100,23 @@ OPS: dict[str, tuple[str, str]] = {
   "sort": ("l", "L"), "rev": ("l", "L"), "take": ("l", "LS"), "shuffle": ("l", "L"),
   "sample": ("l", "LS"), "range": ("l", "SS"), "digits": ("l", "S"),
 }
+OPS: dict[str, tuple[str, str]] = {
+  **_STRAIGHT_LINE,
+  "rsample": ("l", "SSS"),
+  "jmp": ("-", "T"), "jz": ("-", "ST"), "jnz": ("-", "ST"),
+}
 # fmt: on
+# The opcodes before control flow and `rsample` were added (same numbers): the tiny designer's
+# vocabulary and grammar are frozen to these.
+STRAIGHT_LINE_OPS = tuple(_STRAIGHT_LINE)
+JUMP_OPS = ("jmp", "jz", "jnz")
 OP_NAMES = tuple(OPS)
 OPCODE = {name: i for i, name in enumerate(OP_NAMES)}
 N_OPS = len(OP_NAMES)
 # Per-opcode signature tables (used by the checker): dst kind 0 none / 1 scalar / 2 list, and
-# per operand 0 unused / 1 scalar / 2 list.
 _DST_KIND = np.array([" rl".index(OPS[n][0].replace("-", " ")) for n in OP_NAMES], np.int32)
-_ARG_KIND = np.array([[" SL".index(k) for k in OPS[n][1].ljust(3)] for n in OP_NAMES], np.int32)
+# per operand 0 unused / 1 scalar / 2 list / 3 jump target.
+_ARG_KIND = np.array([[" SLT".index(k) for k in OPS[n][1].ljust(3)] for n in OP_NAMES], np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +137,16 @@ class ProgramConfig:
   feedback_len: int = 96  # longest step feedback (rendered into the first entries of obs_len)
   n_draws: int = 64  # random draws recorded per episode
   max_turns_cap: int = 32
+  max_exec: int = 4096  # instructions executed per reset/step call (jumps can loop)
+  n_obs: int = 1  # observation templates (0 is TPL_OBS; alternatives follow the cases)
 
   def __post_init__(self):
     if self.list_len < 10:
       raise ValueError("list_len must be >= 10 (digits of an int32)")
     if not 0 < self.feedback_len <= self.obs_len:
       raise ValueError("feedback_len must be in [1, obs_len]")
+    if self.max_exec < 1 or self.n_obs < 1:
+      raise ValueError("max_exec and n_obs must be >= 1")
 
   @property
   def n_regfile(self) -> int:
@@ -134,7 +158,11 @@ class ProgramConfig:
 
   @property
   def n_templates(self) -> int:
-    return TPL_CASE0 + self.n_cases
+    return TPL_CASE0 + self.n_cases + self.n_obs - 1
+
+  def obs_template(self, j: int) -> int:
+    """Template index of observation alternative ``j`` (0 = `TPL_OBS`)."""
+    return TPL_OBS if j == 0 else TPL_CASE0 + self.n_cases + j - 1
 
 
 DEFAULT_CONFIG = ProgramConfig()
@@ -162,6 +190,9 @@ class EnvProgram:
   digit_ids: jnp.ndarray  # [10] token id of each decimal digit
   sep_ids: jnp.ndarray  # [2, tail_len] list separator before a >= 0 / < 0 element
   sep_len: jnp.ndarray  # [2]
+  # Observation template select (mode, value): MODE_NONE (zeros) = template 0, else an
+  # immediate or scalar register read after the reset code, picking template 0..n_obs-1.
+  obs_select: jnp.ndarray  # [2]
 
 
 class Action(NamedTuple):
@@ -193,10 +224,17 @@ def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
     digit_ids=z(10),
     sep_ids=z(2, cfg.tail_len),
     sep_len=z(2),
+    obs_select=z(2),
   )
 
 
 def program_from_arrays(arrays: dict[str, np.ndarray]) -> EnvProgram:
+  """An `EnvProgram` from a dict of arrays; arrays saved before ``obs_select`` existed load
+  with zeros there (template 0)."""
+  arrays = dict(arrays)
+  if "obs_select" not in arrays:
+    lead = np.shape(arrays["n_cases"])  # [] or a batch shape
+    arrays["obs_select"] = np.zeros((*lead, 2), np.int32)
   return EnvProgram(**{k: np.asarray(v, np.int32) for k, v in arrays.items()})
 
 
@@ -246,7 +284,11 @@ CHECKS = (
   "template {where}: sign tail longer than tail_len or non-zero padding",
   "template {where}: belongs to an unused case but is not empty",
   "tokenizer tables: digit/separator ids out of range",
+  "obs_select: must be zeros, an immediate or a scalar register",
 )
+# The checks that existed before `obs_select` (the tiny designer's reason codes are frozen).
+N_STRAIGHT_LINE_CHECKS = 24
+assert CHECKS[N_STRAIGHT_LINE_CHECKS - 1].startswith("tokenizer tables")
 
 
 def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: int = 1 << 30):
@@ -295,6 +337,10 @@ def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: i
   checks.append(
     (xp.any((ids < 0) | (ids >= vocab_size)) | xp.any((sl < 0) | (sl > cfg.tail_len)))[None]
   )
+  sel = xp.asarray(program.obs_select)
+  checks.append(
+    (~(((sel[0] == 0) & (sel[1] == 0)) | _scalar_operand_ok(sel[0], sel[1], cfg)))[None]
+  )
   code, where = xp.int32(0), xp.int32(0)
   for i in range(len(checks) - 1, -1, -1):  # the first failing check wins
     bad = xp.asarray(checks[i])
@@ -320,17 +366,23 @@ def _code_checks(code, table_len, cfg: ProgramConfig, xp):
   )
   bad_mode = xp.zeros(op.shape, bool)
   bad_range = xp.zeros(op.shape, bool)
+  n_code = xp.sum(op != 0)  # a jump target is in [0, n_code]; n_code ends the call
   for j in range(3):
     mode, val, kind = code[:, 2 + 2 * j], code[:, 3 + 2 * j], akind[:, j]
     scalar_ok = (mode == MODE_IMM) | (mode == MODE_REG)
     list_ok = (mode == MODE_LIST) | (mode == MODE_TABLE)
     bad_mode |= xp.where(
-      kind == 1, ~scalar_ok, xp.where(kind == 2, ~list_ok, (mode != 0) | (val != 0))
+      kind == 1,
+      ~scalar_ok,
+      xp.where(
+        kind == 2, ~list_ok, xp.where(kind == 3, mode != MODE_IMM, (mode != 0) | (val != 0))
+      ),
     )
     limit = xp.where(
       mode == MODE_REG, cfg.n_regfile, xp.where(mode == MODE_LIST, cfg.n_listfile, cfg.n_tables)
     )
     bad_range |= (mode >= MODE_REG) & ((val < 0) | (val >= limit))
+    bad_range |= (kind == 3) & ((val < 0) | (val > n_code))
   # Statically empty random ranges: rand with immediate lo > hi; choice from an empty table.
   rand_bad = (
     (op == OPCODE["rand"])
@@ -396,7 +448,8 @@ def _template_checks(program: EnvProgram, cfg: ProgramConfig, xp, vocab_size):
     | (~active[..., None] & (tl != 0))
     | xp.any(xp.where(tin, (tail < 0) | (tail >= vocab_size), tail != 0), -1)
   )
-  unused = xp.arange(cfg.n_templates) >= TPL_CASE0 + xp.asarray(program.n_cases)
+  t = xp.arange(cfg.n_templates)
+  unused = (t >= TPL_CASE0 + xp.asarray(program.n_cases)) & (t < TPL_CASE0 + cfg.n_cases)
   return [
     bad_ids,
     xp.any(~slot_ok, 1),

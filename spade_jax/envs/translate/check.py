@@ -4,7 +4,8 @@ only in the sandbox.
 Same draws. The original is loaded into sandboxed workers with a small *probe* appended to
 its source: ``random`` (and ``random.Random``) are rebound to a recording subclass of
 CPython's ``random.Random`` that logs every draw in the interpreter's tape format (`draws.py`:
-``randint``/``randrange`` the value, ``choice`` the index, ``sample`` the indices, ``shuffle``
+``randint``/``randrange`` the value, ``choice`` the index, ``sample`` the indices (also for ``sample(range(a, b), k)``, which the interpreter's
+``rsample`` replays as values ``a + index``), ``shuffle``
 the permutation) while consuming the generator exactly as CPython does, and a ``_SpadeProbe``
 subclass of the environment class returns that log in ``info``. The environment's own code is
 not changed, so it draws exactly what it would draw unprobed. Each Python episode is played
@@ -66,7 +67,8 @@ class _SpadeRandom(_spade_random.Random):
     return seq[i]
 
   def sample(self, population, k, **kwargs):
-    pop = list(population)
+    # A range is indexed as is (rsample populations reach 2**20 and more).
+    pop = population if isinstance(population, range) else list(population)
     idx = super().sample(range(len(pop)), k)
     _spade_log(idx, "i", 0, len(pop) - 1)
     return [pop[i] for i in idx]
