@@ -167,12 +167,11 @@ def _rollout(graphdef, params, batch: RolloutBatch, key, spec: RolloutSpec) -> R
   keys_B2 = batch.env_keys_B2
   _, env_state = jax.vmap(env.reset_env)(fold(keys_B2, jnp.zeros(B, jnp.uint32)), batch.programs)
 
-  def render_first(first, hint, st):
-    return text.render(
-      first, hint.astype(jnp.int32), st.regs, st.lists, st.list_len, spec.first_cfg
-    )
+  def render_first(first, hint, st, program):
+    which = hint.astype(jnp.int32) * spec.program_cfg.n_obs + env.obs_choice(st, program)[0]
+    return text.render(first, which, st.regs, st.lists, st.list_len, spec.first_cfg)
 
-  content, cut_B = jax.vmap(render_first)(batch.first, batch.hint_B, env_state)
+  content, cut_B = jax.vmap(render_first)(batch.first, batch.hint_B, env_state, batch.programs)
   nfp, nfs = len(spec.first_prefix), len(spec.first_suffix)
   total_B = nfp + content.length + nfs
   # left-padded prompt: position j of the padded row holds prompt token j - (P - total)

@@ -34,7 +34,7 @@ from spade_jax import multihost, trajectories
 from spade_jax.engine.decode import DecodeState
 from spade_jax.envs.ir import text
 from spade_jax.envs.ir.interpreter import EnvState, fault_names
-from spade_jax.envs.ir.program import DEFAULT_CONFIG, TPL_HINT, TPL_OBS, EnvProgram, ProgramConfig
+from spade_jax.envs.ir.program import DEFAULT_CONFIG, TPL_HINT, EnvProgram, ProgramConfig
 from spade_jax.rollout.host import EpisodeResult
 
 # Why an episode ended (``end_reason_B``).
@@ -141,14 +141,15 @@ class RolloutSpec:
 
 @struct.dataclass
 class FirstTemplates:
-  """One program's first user message without (index 0) and with (1) the hint, as two
-  templates in the layout `text.render` reads (sizes `RolloutSpec.first_cfg`)."""
+  """One program's first user message for each observation template ``j`` without (index
+  ``j``) and with (``n_obs + j``) the hint, in the layout `text.render` reads (sizes
+  `RolloutSpec.first_cfg`; ``n_obs`` of the program's config)."""
 
-  tpl_ids: jnp.ndarray  # [2, tpl_tokens]
-  tpl_len: jnp.ndarray  # [2]
-  tpl_slots: jnp.ndarray  # [2, tpl_slots, 6]
-  tpl_tail: jnp.ndarray  # [2, tpl_slots, 2, tail_len]
-  tpl_tail_len: jnp.ndarray  # [2, tpl_slots, 2]
+  tpl_ids: jnp.ndarray  # [2 * n_obs, tpl_tokens]
+  tpl_len: jnp.ndarray  # [2 * n_obs]
+  tpl_slots: jnp.ndarray  # [2 * n_obs, tpl_slots, 6]
+  tpl_tail: jnp.ndarray  # [2 * n_obs, tpl_slots, 2, tail_len]
+  tpl_tail_len: jnp.ndarray  # [2 * n_obs, tpl_slots, 2]
   digit_ids: jnp.ndarray  # [10]
   sep_ids: jnp.ndarray  # [2, tail_len]
   sep_len: jnp.ndarray  # [2]
@@ -159,12 +160,15 @@ def first_templates(program: EnvProgram, tok, spec: RolloutSpec) -> FirstTemplat
   HINT_SEPARATOR + hint``. Raises ``text.TemplateError`` if they do not fit or tokenise."""
   cfg = spec.first_cfg
   consts = {k: np.asarray(getattr(program, k)) for k in ("digit_ids", "sep_ids", "sep_len")}
-  obs = text.template_items(program, TPL_OBS, tok)
   hint = text.template_items(program, TPL_HINT, tok)
   head = [("text", spec.preamble)] if spec.preamble else []
-  plain = head + obs
-  hinted = plain + [("text", HINT_SEPARATOR)] + hint if hint else plain
-  tpls = [text.compile_template(items, tok, cfg, consts) for items in (plain, hinted)]
+  n_obs = spec.program_cfg.n_obs
+  plain = [
+    head + text.template_items(program, spec.program_cfg.obs_template(j), tok)
+    for j in range(n_obs)
+  ]
+  hinted = [p + [("text", HINT_SEPARATOR)] + hint if hint else p for p in plain]
+  tpls = [text.compile_template(items, tok, cfg, consts) for items in plain + hinted]
   stack = lambda k: np.stack([np.asarray(t[k], np.int32) for t in tpls])
   return FirstTemplates(
     tpl_ids=stack("ids"),

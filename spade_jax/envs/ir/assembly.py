@@ -17,7 +17,7 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
   obs "Guess my number between 1 and 100. Answer as \\boxed{N}."
   obs "Alternative observation 1"  # further obs lines: alternatives 1, 2 .. (cfg.n_obs)
   hint "Halve the interval each turn."           # optional
-  case r1 1000 stop "Correct!"    # case PRED REWARD stop|go TEMPLATE: first match wins
+  case r1 1000 stop "Correct!"    # case PRED REWARD stop|go|trunc TEMPLATE: first match wins
   case r4 0 go "Out of turns. It was " r0 "."
   case r3 0 go "Put your answer in \\boxed{}."
   case r2 0 go "Too low."
@@ -109,6 +109,8 @@ _EXPECT = {
   k: [repr(h) for h in v] + (["an instruction"] if k in ("reset", "step") else [])
   for k, v in _NEXT.items()
 }
+
+_OUTCOMES = ("go", "stop", "trunc")  # a case's stop flag 0, 1, 2
 
 
 class AssemblyError(ValueError):
@@ -336,7 +338,7 @@ class _Assembler:
 
   def case(self, line):
     if len(line.words) < 5:
-      raise line.error("expected 'case PRED REWARD stop|go TEMPLATE...'")
+      raise line.error("expected 'case PRED REWARD stop|go|trunc TEMPLATE...'")
     i = len(self.rows["case"])
     if i == self.cfg.n_cases:
       raise line.error(f"more than {self.cfg.n_cases} cases")
@@ -346,9 +348,9 @@ class _Assembler:
       raise line.error(
         f"reward {reward[1]} outside [-{REWARD_SCALE}, {REWARD_SCALE}] (thousandths)"
       )
-    if line.words[3] not in ("stop", "go"):
-      raise line.error(f"expected 'stop' or 'go', got {line.words[3]!r}")
-    self.arr["cases"][i] = (*pred, *reward, int(line.words[3] == "stop"))
+    if line.words[3] not in _OUTCOMES:
+      raise line.error(f"expected 'stop', 'go' or 'trunc', got {line.words[3]!r}")
+    self.arr["cases"][i] = (*pred, *reward, _OUTCOMES.index(line.words[3]))
     self.rows["case"].append(line.number)
     self.template(line, TPL_CASE0 + i, self.items(line, line.words[4:]))
 
@@ -494,6 +496,6 @@ def disassemble(program: EnvProgram, tokenizer, cfg: ProgramConfig = DEFAULT_CON
     pm, pv, rm, rv, stop = (int(x) for x in p.cases[i])
     out.append(
       f"case {_operand(pm, pv, cfg)} {_operand(rm, rv, cfg)} "
-      f"{'stop' if stop else 'go'} " + _items_text(template_items(p, TPL_CASE0 + i, tokenizer), cfg)
+      f"{_OUTCOMES[stop]} " + _items_text(template_items(p, TPL_CASE0 + i, tokenizer), cfg)
     )
   return "\n".join(out) + "\n"

@@ -126,15 +126,21 @@ class ProgramEnv(environment.Environment):
       tape_len=jnp.int32(0) if tape_len is None else jnp.asarray(tape_len, jnp.int32),
     )
     state = self._run(key, state, program.reset_code, program)
-    # The observation template: `obs_select` (zeros = template 0) picks one of n_obs.
-    mode, val = program.obs_select[0], program.obs_select[1]
-    sel = jnp.where(mode == MODE_IMM, val, state.regs[jnp.clip(val, 0, cfg.n_regfile - 1)])
-    sel = jnp.where(mode == MODE_NONE, 0, sel)
-    sel_ok = (sel >= 0) & (sel < cfg.n_obs)
-    t = jnp.where(sel_ok & (sel > 0), TPL_CASE0 + cfg.n_cases + sel - 1, TPL_OBS)
+    sel, sel_ok = self.obs_choice(state, program)
+    t = jnp.where(sel > 0, TPL_CASE0 + cfg.n_cases + sel - 1, TPL_OBS)
     state = state.replace(fault=state.fault | ~sel_ok * FAULT_INDEX)
     obs, state = self._render(state, t, program)
     return obs, state
+
+  def obs_choice(self, state: EnvState, program: EnvProgram):
+    """Which observation template (0 .. n_obs-1) the reset state shows: ``program.obs_select``
+    (zeros = template 0); out of range -> (0, False)."""
+    cfg = self.cfg
+    mode, val = program.obs_select[0], program.obs_select[1]
+    sel = jnp.where(mode == MODE_IMM, val, state.regs[jnp.clip(val, 0, cfg.n_regfile - 1)])
+    sel = jnp.where(mode == MODE_NONE, 0, sel)
+    ok = (sel >= 0) & (sel < cfg.n_obs)
+    return jnp.where(ok, sel, 0), ok
 
   def transition(self, key, state: EnvState, action: Action, program: EnvProgram):
     """One step without auto-reset -> (obs, state, reward, terminated, truncated, info)."""
@@ -169,8 +175,8 @@ class ProgramEnv(environment.Environment):
     milli = jnp.where(any_hit, operand(cases[case, 2], cases[case, 3]), 0)
     bad_reward = jnp.abs(milli) > REWARD_SCALE
     milli = jnp.clip(milli, -REWARD_SCALE, REWARD_SCALE)
-    terminated = any_hit & (cases[case, 4] != 0)
-    truncated = ~terminated & (turn >= program.max_turns)
+    terminated = any_hit & (cases[case, 4] == 1)
+    truncated = ~terminated & ((turn >= program.max_turns) | (any_hit & (cases[case, 4] == 2)))
     new = new.replace(
       terminated=terminated, truncated=truncated, fault=new.fault | bad_reward * FAULT_REWARD
     )

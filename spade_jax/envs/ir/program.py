@@ -28,7 +28,8 @@ Machine model (what the assembler, the translator and the tiny designer target):
   knows `STRAIGHT_LINE_OPS`.
 * After the step code runs, the first case ``(pred, reward, stop)`` whose predicate is
   non-zero picks the feedback template, the reward (in thousandths, so ``1000`` is 1.0) and
-  whether the episode terminates. Truncation is structural: ``turn >= max_turns`` and not
+  the outcome: ``stop`` 0 goes on, 1 terminates, 2 truncates (an environment's own turn limit,
+  computed by its step code). Truncation is also structural: ``turn >= max_turns`` and not
   terminated.
 * Templates: literal token ids with number slots (scalar register as decimal, list as
   ``"a, b, c"``); see `text.py`. Template 0 is the observation, 1 the hint, 2 the solution
@@ -165,7 +166,12 @@ class ProgramConfig:
     return TPL_OBS if j == 0 else TPL_CASE0 + self.n_cases + j - 1
 
 
-DEFAULT_CONFIG = ProgramConfig()
+# What translated environments and the on-device rollout use: room for lowered Python (loops,
+# locals, texts chosen among templates, (feedback, outcome) cases). `ProgramConfig()` is the
+# small straight-line machine.
+DEFAULT_CONFIG = ProgramConfig(
+  n_regs=96, n_lists=8, n_tables=8, n_reset=256, n_step=256, n_cases=16, n_obs=8
+)
 
 
 @struct.dataclass
@@ -318,7 +324,7 @@ def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: i
     ~_scalar_operand_ok(cases[:, 0], cases[:, 1], cfg)
     | ~_scalar_operand_ok(cases[:, 2], cases[:, 3], cfg)
     | (cases[:, 4] < 0)
-    | (cases[:, 4] > 1)
+    | (cases[:, 4] > 2)
   )
   checks.append(xp.where(used, bad_case, xp.any(cases != 0, 1)))
   checks.append(used & (cases[:, 2] == MODE_IMM) & (xp.abs(cases[:, 3]) > REWARD_SCALE))

@@ -15,11 +15,11 @@ from spade_jax.envs.translate.kinds import (
   Func,
   Group,
   Int,
+  It,
   Lst,
   Match,
   Method,
   Milli,
-  Module,
   Pattern,
   Range,
   Rng,
@@ -27,7 +27,6 @@ from spade_jax.envs.translate.kinds import (
 )
 from spade_jax.envs.translate.texts import Slot, Text
 from spade_jax.envs.translate.values import Refusal, snippet
-from spade_jax.envs.translate.visitor import It
 
 _IDENTITY_STR = frozenset({"strip", "lower", "upper", "lstrip", "rstrip"})
 
@@ -43,7 +42,9 @@ def call(v, node):
     if len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp):
       seq = v.comprehension(node.args[0], "list")
       return _builtin(v, fn.name, [seq], {}, node)
-  if isinstance(fn, Method) and isinstance(fn.obj, str) and fn.name == "join" and len(node.args) == 1:
+  if (
+    isinstance(fn, Method) and isinstance(fn.obj, str) and fn.name == "join" and len(node.args) == 1
+  ):
     return _join(v, fn.obj, node)
   args = [v.expr(a) for a in node.args]
   kwargs = {k.arg: v.expr(k.value) for k in node.keywords}
@@ -68,7 +69,9 @@ def _builtin(v, name, args, kwargs, node):
     "abs", "min", "max", "int", "str", "len", "sum", "sorted", "divmod", "pow", "bool", "tuple",
     "list", "float", "round", "any", "all",
   ) and not kwargs:  # fmt: skip
-    py = {"list": tuple, "sorted": lambda x: tuple(sorted(x))}.get(name) or getattr(py_builtins, name)
+    py = {"list": tuple, "sorted": lambda x: tuple(sorted(x))}.get(name) or getattr(
+      py_builtins, name
+    )
     try:
       return py(*args)
     except Exception as ex:  # noqa: BLE001
@@ -250,7 +253,9 @@ def _method(v, m: Method, args, kwargs, node):
       return None
     if m.name in ("count", "index") and len(args) == 1:
       r = e.temp()
-      e.emit("count" if m.name == "count" else "find", r, lst, v.operand(v.as_int(args[0], node), node))
+      e.emit(
+        "count" if m.name == "count" else "find", r, lst, v.operand(v.as_int(args[0], node), node)
+      )
       return Int(r)
     if m.name == "sort" and not args:
       rev = kwargs.pop("reverse", False)
@@ -356,7 +361,9 @@ def _join(v, sep: str, node):
   if inner is not None:
     inner = v.read_var(inner)
     if isinstance(inner, tuple):
-      return sep.join(str(x) for x in inner) if is_const(inner) else _join_values(v, sep, inner, node)
+      return (
+        sep.join(str(x) for x in inner) if is_const(inner) else _join_values(v, sep, inner, node)
+      )
     if sep == ", ":
       lst = v.as_list(inner, node)
       r = v.e.local_list()
@@ -387,7 +394,9 @@ def _random(v, name, args, kwargs, node):
     return None
   if name == "randint" and len(args) == 2:
     r = e.temp()
-    e.emit("rand", r, v.operand(v.as_int(args[0], node), node), v.operand(v.as_int(args[1], node), node))
+    e.emit(
+      "rand", r, v.operand(v.as_int(args[0], node), node), v.operand(v.as_int(args[1], node), node)
+    )
     return Int(r)
   if name == "randrange" and len(args) in (1, 2):
     lo, hi = (0, args[0]) if len(args) == 1 else args
@@ -483,7 +492,9 @@ def _module_fn(v, module, name, args, kwargs, node):
   if module == "math":
     if name == "gcd" and len(args) == 2:
       r = v.e.temp()
-      v.e.emit("gcd", r, v.operand(v.as_int(args[0], node), node), v.operand(v.as_int(args[1], node), node))
+      v.e.emit(
+        "gcd", r, v.operand(v.as_int(args[0], node), node), v.operand(v.as_int(args[1], node), node)
+      )
       return Int(r)
     if name in ("floor", "ceil", "trunc") and len(args) == 1 and isinstance(args[0], Int):
       return args[0]

@@ -133,9 +133,7 @@ class Emitter:
   def check_fits(self) -> None:
     for f, what in ((self.regs, "scalar"), (self.lists, "list")):
       if not f.fits():
-        raise Refusal(
-          f"needs {f.high + f.n_homes} {what} registers, the interpreter has {f.size}"
-        )
+        raise Refusal(f"needs {f.high + f.n_homes} {what} registers, the interpreter has {f.size}")
     for section, limit in (("reset", self.cfg.n_reset), ("step", self.cfg.n_step)):
       n = self.n_instructions(section)
       if n > limit:

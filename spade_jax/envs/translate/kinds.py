@@ -40,6 +40,11 @@ class Var:
   boolean: bool = False
 
 
+class It(tuple):
+  """An iteration the visitor lowers as a loop: ("range", lo, hi, step), ("list", reg),
+  ("table", t, n), ("digits", reg), ("enumerate", It), ("zip", It, It)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Range:
   """``range(lo, hi, step)`` with run-time (or large constant) bounds; ``step`` constant."""

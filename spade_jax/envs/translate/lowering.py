@@ -132,11 +132,11 @@ class EnvLowering:
       if base == Module("random") and node.func.attr == "Random":
         return Rng()
     if isinstance(node, ast.BinOp):
-      from spade_jax.envs.translate.visitor import _PY_OPS
+      from spade_jax.envs.translate.exprs import PY_OPS
 
       a, b = self.const_expr(node.left), self.const_expr(node.right)
-      if is_const(a) and is_const(b) and type(node.op) in _PY_OPS:
-        return _PY_OPS[type(node.op)](a, b)
+      if is_const(a) and is_const(b) and type(node.op) in PY_OPS:
+        return PY_OPS[type(node.op)](a, b)
     raise Refusal(f"`{snippet(node)}` is not a compile-time constant", node)
 
   def module_attr(self, module: str, attr: str, node):
@@ -378,7 +378,9 @@ class EnvLowering:
         tt = 1 if t is True else (0 if t is False else t)
         e.emit("sel", st, tt, 2, 0)
         e.emit("sel", st, dd, 1, st)
-        outcomes = [o for o in (0, 1, 2) if (o != 1 or d is not False) and (o != 2 or t is not False)]
+        outcomes = [
+          o for o in (0, 1, 2) if (o != 1 or d is not False) and (o != 2 or t is not False)
+        ]
       lines = []
       single = len(fb.alts) == 1 and len(outcomes) == 1
       if not single:

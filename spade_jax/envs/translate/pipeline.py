@@ -56,7 +56,7 @@ from spade_jax.envs.translate.check import (
   compare,
   run_python,
 )
-from spade_jax.envs.translate.program import lower_source
+from spade_jax.envs.translate.lowering import lower_source
 from spade_jax.envs.translate.values import Refusal
 
 APPROXIMATE_PARSE = (

@@ -13,31 +13,18 @@ time: a value Python keeps and int32 cannot is a run-time fault the differential
 from __future__ import annotations
 
 import ast
-import math
 
-from spade_jax.envs.translate import texts as tx
-from spade_jax.envs.translate.answers import grammar_of
+from spade_jax.envs.translate import coerce, exprs, loops
 from spade_jax.envs.translate.kinds import (
-  ActionText,
-  Builtin,
-  Digits,
-  Func,
-  Group,
   Info,
   Int,
   Lst,
-  Match,
-  Method,
   Milli,
-  Module,
-  Pattern,
-  Range,
-  Rng,
   SelfRef,
   Var,
   is_const,
 )
-from spade_jax.envs.translate.texts import Slot, Text, TextVar
+from spade_jax.envs.translate.texts import Text, TextVar
 from spade_jax.envs.translate.values import Refusal, snippet
 
 _ARITH = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "div", ast.Mod: "mod"}
@@ -55,12 +42,6 @@ _BUILTINS = frozenset(
   "round any all isinstance print tuple".split()
 )
 MAX_INLINE_DEPTH = 8
-MAX_UNROLL = 16
-
-
-class It(tuple):
-  """An iteration the visitor lowers as a loop: ("range", lo, hi, step), ("list", reg),
-  ("table", t, n), ("digits", reg), ("enumerate", It), ("zip", It, It)."""
 
 
 class Frame:
@@ -229,7 +210,7 @@ class Visitor:
 
   def stmt_AugAssign(self, s):
     op = type(s.op)
-    load = _as_load(s.target)
+    load = ast.copy_location(ast.parse(ast.unparse(s.target), mode="eval").body, s.target)
     value = self.binop(op, self.expr(load), self.expr(s.value), s)
     self.store(s.target, value, s)
 
@@ -287,145 +268,6 @@ class Visitor:
       raise Refusal("`for ... else` is outside the translatable subset", s)
     self.loop(s.target, s.iter, lambda: self.block(s.body), s)
 
-  # ------------------------------------------------------------------------------- loops
-  def loop(self, target, iter_node, body, node) -> None:
-    """``for target in iter_node: body()`` as an IR loop (short constant tuples unroll)."""
-    it = self.iterable(iter_node)
-    if not isinstance(it, It):
-      if len(it) > MAX_UNROLL and all(isinstance(x, int) for x in it):
-        it = It(("table", self.e.table(it, node), len(it)))
-      else:
-        end = self.e.new_label()
-        for x in it:
-          cont = self.e.new_label()
-          self.frame.loops.append((cont, end))
-          self.store(target, x, node)
-          body()
-          self.frame.loops.pop()
-          self.e.place(cont)
-        self.e.place(end)
-        return
-    kind = it[0]
-    if kind == "range":
-      _, lo, hi, step = it
-      count, item = None, None
-    else:  # ("list", reg) | ("table", name, n) | ("zip"/"enumerate", ...)
-      lo, step = 0, 1
-      hi = self.length_of(it)
-    i = self.e.local()
-    self.e.emit("set", i, self.operand(lo, node))
-    hi_op = self.operand(hi, node)
-    if not isinstance(hi_op, int) and not self.e.is_temp(hi_op):
-      pass
-    hi_reg = self.e.local()
-    self.e.emit("set", hi_reg, hi_op)
-    top, cont, end = self.e.new_label(), self.e.new_label(), self.e.new_label()
-    self.e.place(top)
-    c = self.e.temp()
-    self.e.emit("lt" if step > 0 else "gt", c, i, hi_reg)
-    self.e.emit("jz", c, end)
-    count, item = i, self.item_at(it, i, node)
-    self.frame.loops.append((cont, end))
-    with self.e.statement():
-      self.store(target, item, node)
-    body()
-    self.frame.loops.pop()
-    self.e.place(cont)
-    self.e.emit("add", i, i, step)
-    self.e.emit("jmp", top)
-    self.e.place(end)
-    del count
-
-  def iterable(self, node):
-    """A constant tuple, or ("range", lo, hi, step) / ("list", reg) / ("table", t, n) /
-    ("enumerate", it) / ("zip", it, it) / ("digits", list reg)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-      name = node.func.id
-      if name == "enumerate" and not self.shadowed(name):
-        inner = self.iterable(node.args[0])
-        if not isinstance(inner, It):
-          return tuple(enumerate(inner))
-        return It(("enumerate", inner))
-      if name == "zip" and not self.shadowed(name) and len(node.args) == 2:
-        a, b = (self.iterable(x) for x in node.args)
-        if not isinstance(a, It) and not isinstance(b, It):
-          return tuple(zip(a, b, strict=False))
-        return It(("zip", self.seq_iter(a, node), self.seq_iter(b, node)))
-      if name == "reversed" and not self.shadowed(name):
-        v = self.expr(node.args[0])
-        if isinstance(v, tuple):
-          return tuple(reversed(v))
-        r = self.e.temp_list()
-        self.e.emit("rev", r, self.as_list(v, node).reg)
-        return It(("list", r))
-    v = self.read_var(self.expr(node))
-    if isinstance(v, Range):
-      return It(("range", v.lo, v.hi, v.step))
-    if isinstance(v, tuple):
-      return v
-    if isinstance(v, str):
-      return tuple(v)
-    if isinstance(v, Text) and v.constant is not None:
-      return tuple(v.constant)
-    if isinstance(v, Lst):
-      return It(("list", v.reg))
-    if isinstance(v, Var) and v.kind == "list":
-      return It(("list", v.ref))
-    if isinstance(v, Text) and len(v.alts) == 1 and len(v.alts[0]) == 1:
-      slot = v.alts[0][0]
-      if isinstance(slot, Slot) and not slot.is_list:  # str(n): its digit characters
-        r = self.e.temp_list()
-        self.e.emit("digits", r, slot.name)
-        return It(("digits", r))
-    raise Refusal(f"`{snippet(node)}` is not an iterable the translator can loop over", node)
-
-  def seq_iter(self, it, node):
-    if not isinstance(it, It):
-      if all(isinstance(x, int) for x in it):
-        return It(("table", self.e.table(it, node), len(it)))
-      raise Refusal(f"`{snippet(node)}`: zip of a run-time list with non-int constants", node)
-    if it[0] in ("list", "table", "digits"):
-      return it
-    if it[0] == "range" and it[3] == 1:
-      return it
-    raise Refusal(f"`{snippet(node)}`: zip of this iterable is outside the subset", node)
-
-  def length_of(self, it):
-    kind = it[0]
-    if kind in ("list", "digits"):
-      r = self.e.temp()
-      self.e.emit("len", r, it[1])
-      return Int(r)
-    if kind == "table":
-      return it[2]
-    if kind == "range":
-      _, lo, hi, step = it
-      n = self.binop(ast.Sub, hi, lo, None)
-      return self.minmax("max", [0, n])
-    if kind == "enumerate":
-      return self.length_of(it[1])
-    if kind == "zip":
-      return self.minmax("min", [self.length_of(it[1]), self.length_of(it[2])])
-    raise AssertionError(kind)
-
-  def item_at(self, it, i: str, node):
-    kind = it[0]
-    if kind == "range":
-      return Int(i)
-    if kind in ("list", "table"):
-      r = self.e.local()
-      self.e.emit("get", r, it[1], i)
-      return Int(r)
-    if kind == "digits":
-      r = self.e.local()
-      self.e.emit("get", r, it[1], i)
-      return Digits(Int(r))
-    if kind == "enumerate":
-      return (Int(i), self.item_at(it[1], i, node))
-    if kind == "zip":
-      return (self.item_at(it[1], i, node), self.item_at(it[2], i, node))
-    raise AssertionError(kind)
-
   # ------------------------------------------------------------------------------ storing
   def store(self, target, value, node) -> None:
     if isinstance(target, ast.Name):
@@ -447,7 +289,9 @@ class Visitor:
       seq = self.expr(target.value)
       lst = self.as_list(seq, target)
       idx = self.as_int(self.expr(target.slice), target)
-      self.e.emit("lset", lst.reg, self.operand(idx, target), self.operand(self.as_int(value, node), node))
+      self.e.emit(
+        "lset", lst.reg, self.operand(idx, target), self.operand(self.as_int(value, node), node)
+      )
     else:
       raise Refusal(f"`{snippet(node)}`: assignment target outside the subset", node)
 
@@ -568,664 +412,56 @@ class Visitor:
       return tuple(self.read_var(v) for v in var.ref)
     return var.ref
 
-  # --------------------------------------------------------------------------- expressions
-  def shadowed(self, name: str) -> bool:
-    return any(name in f.names for f in self.frames[-1:]) or name in self.env.globals
-
-  def lookup(self, name: str, node=None):
-    f = self.frame
-    if name in f.names:
-      return self.read_var(f.names[name])
-    if name in self.env.globals:
-      return self.env.globals[name]
-    if name in _BUILTINS:
-      return Builtin(name)
-    if name in ("True", "False", "None"):
-      return {"True": True, "False": False, "None": None}[name]
-    raise Refusal(f"name `{name}` is not defined here (or not translatable)", node)
-
-  def expr(self, node):
-    meth = getattr(self, "expr_" + type(node).__name__, None)
-    if meth is None:
-      raise Refusal(f"`{snippet(node)}` ({type(node).__name__}) is outside the subset", node)
-    return meth(node)
-
-  def expr_Constant(self, node):
-    return node.value
-
-  def expr_Name(self, node):
-    return self.lookup(node.id, node)
-
-  def expr_Tuple(self, node):
-    return tuple(self.expr(x) for x in node.elts)
-
-  def expr_Dict(self, node):
-    if not node.keys:
-      return Info()
-    raise Refusal(f"`{snippet(node)}`: dicts are outside the subset", node)
-
-  def expr_List(self, node):
-    vals = [self.expr(x) for x in node.elts]
-    r = self.e.temp_list()
-    self.e.emit("clear", r)
-    for v in vals:
-      self.e.emit("push", r, self.operand(self.as_int(v, node), node))
-    return Lst(r)
-
-  def expr_Attribute(self, node):
-    base = self.expr(node.value)
-    if isinstance(base, SelfRef):
-      return self.env.read_attr(node.attr, node, self)
-    if isinstance(base, Module):
-      return self.env.module_attr(base.name, node.attr, node)
-    if isinstance(base, Rng):
-      return Method(base, node.attr, None)
-    if isinstance(base, Pattern):
-      return Method(base, node.attr, None)
-    return Method(base, node.attr, node.value)
-
-  def expr_JoinedStr(self, node):
-    out = Text.of("")
-    for part in node.values:
-      if isinstance(part, ast.Constant):
-        out = tx.concat(out, Text.of(part.value), self.e, node)
-        continue
-      if part.format_spec is not None:
-        spec = self.expr(part.format_spec)
-        v = self.expr(part.value)
-        if is_const(v) and isinstance(spec, Text) and spec.constant is not None:
-          out = tx.concat(out, Text.of(format(v, spec.constant)), self.e, node)
-          continue
-        raise Refusal(f"`{snippet(part)}`: format specs on run-time values", part)
-      v = self.expr(part.value)
-      if part.conversion not in (-1, ord("s")) and not is_const(v):
-        raise Refusal(f"`{snippet(part)}`: conversion on a run-time value", part)
-      if part.conversion == ord("r") and is_const(v):
-        v = repr(v)
-      out = tx.concat(out, self.as_text(v, part), self.e, node)
-    return out
-
-  def expr_UnaryOp(self, node):
-    v = self.expr(node.operand)
-    if isinstance(node.op, ast.Not):
-      c = self.truth(v, node)
-      if isinstance(c, bool):
-        return not c
-      r = self.e.temp()
-      self.e.emit("not", r, c)
-      return Int(r, True)
-    if isinstance(node.op, ast.USub):
-      if is_const(v):
-        return -v
-      if isinstance(v, Milli):
-        r = self.e.temp()
-        self.e.emit("neg", r, v.reg)
-        return Milli(r)
-      r = self.e.temp()
-      self.e.emit("neg", r, self.as_int(v, node).reg)
-      return Int(r)
-    if isinstance(node.op, ast.UAdd):
-      return v
-    raise Refusal(f"`{snippet(node)}`: operator outside the subset", node)
-
-  def expr_BinOp(self, node):
-    return self.binop(type(node.op), self.expr(node.left), self.expr(node.right), node)
-
-  def binop(self, op, a, b, node):
-    a, b = self.read_var(a), self.read_var(b)
-    if isinstance(a, Digits):
-      a = a.value
-    if isinstance(b, Digits):
-      b = b.value
-    if is_const(a) and is_const(b):
-      try:
-        return _PY_OPS[op](a, b)
-      except Exception as ex:  # noqa: BLE001 - refusing is the answer
-        raise Refusal(f"`{snippet(node)}` raises {type(ex).__name__}", node) from None
-    if op is ast.Add and (isinstance(a, str | Text) or isinstance(b, str | Text)):
-      return tx.concat(self.as_text(a, node), self.as_text(b, node), self.e, node)
-    if op is ast.Add and isinstance(a, Lst | tuple) and isinstance(b, Lst | tuple):
-      r = self.e.temp_list()
-      self.e.emit("copy", r, self.as_list(a, node).reg)
-      self.extend(r, self.as_list(b, node), node)
-      return Lst(r)
-    if op is ast.Pow:
-      return self.power(a, b, None, node)
-    if isinstance(a, float | Milli) or isinstance(b, float | Milli) or op is ast.Div:
-      return self.milli_op(op, a, b, node)
-    if op not in _ARITH:
-      raise Refusal(f"`{snippet(node)}`: operator outside the subset", node)
-    x, y = self.as_int(a, node), self.as_int(b, node)
-    r = self.e.temp()
-    self.e.emit(_ARITH[op], r, self.operand(x, node), self.operand(y, node))
-    return Int(r)
-
-  def milli_op(self, op, a, b, node):
-    if op in (ast.Add, ast.Sub):
-      r = self.e.temp()
-      self.e.emit(_ARITH[op], r, self.milli_operand(a, node), self.milli_operand(b, node))
-      return Milli(r)
-    if op is ast.Mult:
-      if isinstance(a, float | Milli) and isinstance(b, float | Milli):
-        raise Refusal(f"`{snippet(node)}`: product of two floats", node)
-        # (thousandths times thousandths would need a rounding rule Python does not have)
-      m, k = (a, b) if isinstance(a, float | Milli) else (b, a)
-      r = self.e.temp()
-      self.e.emit("mul", r, self.milli_operand(m, node), self.operand(self.as_int(k, node), node))
-      return Milli(r)
-    raise Refusal(f"`{snippet(node)}`: float division or another float operator", node)
-
-  def power(self, base, exp, mod, node):
-    if isinstance(exp, int) and exp >= 0 and mod is None and exp <= 8:
-      out = 1
-      for _ in range(exp):
-        out = self.binop(ast.Mult, out, base, node)
-      return out
-    # square and multiply, as a loop
-    b, x = self.e.local(), self.e.local()
-    r = self.e.local()
-    self.e.emit("set", r, 1)
-    self.e.emit("set", b, self.operand(self.as_int(base, node), node))
-    self.e.emit("set", x, self.operand(self.as_int(exp, node), node))
-    m = None if mod is None else self.operand(self.as_int(mod, node), node)
-    if m is not None:
-      self.e.emit("mod", b, b, m)
-    top, end, skip = self.e.new_label(), self.e.new_label(), self.e.new_label()
-    t = self.e.temp()
-    self.e.place(top)
-    self.e.emit("gt", t, x, 0)
-    self.e.emit("jz", t, end)
-    self.e.emit("mod", t, x, 2)
-    self.e.emit("jz", t, skip)
-    self.e.emit("mul", r, r, b)
-    if m is not None:
-      self.e.emit("mod", r, r, m)
-    self.e.place(skip)
-    self.e.emit("div", x, x, 2)
-    self.e.emit("jz", x, end)
-    self.e.emit("mul", b, b, b)
-    if m is not None:
-      self.e.emit("mod", b, b, m)
-    self.e.emit("jmp", top)
-    self.e.place(end)
-    return Int(r)
-
-  def expr_BoolOp(self, node):
-    is_and = isinstance(node.op, ast.And)
-    vals = [self.expr(v) for v in node.values]
-    if all(is_const(v) for v in vals):
-      out = vals[0]
-      for v in vals[1:]:
-        out = (out and v) if is_and else (out or v)
-      return out
-    acc = None
-    for v, sub in zip(vals, node.values, strict=True):
-      c = self.truth(v, sub)
-      if isinstance(c, bool):
-        if c is (not is_and):
-          return c  # True in an `or` / False in an `and` decides
-        continue
-      if acc is None:
-        acc = c
-      else:
-        r = self.e.temp()
-        self.e.emit("and" if is_and else "or", r, acc, c)
-        acc = r
-    if acc is None:
-      return is_and
-    return Int(acc, True)
-
-  def expr_Compare(self, node):
-    left = self.expr(node.left)
-    acc = None
-    for op, right_node in zip(node.ops, node.comparators, strict=True):
-      right = self.expr(right_node)
-      c = self.compare(op, left, right, node)
-      left = right
-      if isinstance(c, bool):
-        if not c:
-          return False
-        continue
-      if acc is None:
-        acc = c
-      else:
-        r = self.e.temp()
-        self.e.emit("and", r, acc, c)
-        acc = r
-    return True if acc is None else Int(acc, True)
-
-  def compare(self, op, a, b, node):
-    a, b = self.read_var(a), self.read_var(b)
-    if isinstance(op, ast.Is | ast.IsNot):
-      if b is not None:
-        raise Refusal(f"`{snippet(node)}`: `is` only with None", node)
-      if isinstance(a, Match):
-        c = self.match_found(a, node)
-        return c if isinstance(op, ast.IsNot) else self.negate(c)
-      if a is None:
-        return isinstance(op, ast.Is)
-      return isinstance(op, ast.IsNot)
-    if isinstance(op, ast.In | ast.NotIn):
-      c = self.contains(b, a, node)
-      return c if isinstance(op, ast.In) else self.negate(c)
-    name = _CMP.get(type(op))
-    if name is None:
-      raise Refusal(f"`{snippet(node)}`: comparison outside the subset", node)
-    if is_const(a) and is_const(b):
-      return _PY_CMP[name](a, b)
-    if isinstance(a, str | Text) or isinstance(b, str | Text):
-      return self.text_compare(name, a, b, node)
-    if isinstance(a, float | Milli) or isinstance(b, float | Milli):
-      x, y = self.milli_operand(a, node), self.milli_operand(b, node)
-    elif isinstance(a, Lst | tuple) and isinstance(b, Lst | tuple) and name in ("eq", "ne"):
-      r = self.e.temp()
-      self.e.emit("leq", r, self.as_list(a, node).reg, self.as_list(b, node).reg)
-      return r if name == "eq" else self.negate(r)
-    else:
-      x = self.operand(self.as_int(a, node), node)
-      y = self.operand(self.as_int(b, node), node)
-    r = self.e.temp()
-    self.e.emit(name, r, x, y)
-    return r
-
-  def text_compare(self, name, a, b, node):
-    """Equality of a text chosen among constant alternatives with a constant string."""
-    if name not in ("eq", "ne"):
-      raise Refusal(f"`{snippet(node)}`: ordering of strings", node)
-    if isinstance(a, str):
-      a, b = b, a
-    if not (isinstance(a, Text) and isinstance(b, str)):
-      raise Refusal(f"`{snippet(node)}`: comparison of run-time strings", node)
-    hits = []
-    for i, alt in enumerate(a.alts):
-      if not all(isinstance(x, str) for x in alt):
-        raise Refusal(f"`{snippet(node)}`: comparison of a text with numbers in it", node)
-      if "".join(alt) == b:
-        hits.append(i)
-    acc: object = False
-    for i in hits:
-      r = self.e.temp()
-      self.e.emit("eq", r, tx.selector(a, self.e), i)
-      acc = r if acc is False else self._or(acc, r)
-    if name == "ne":
-      return self.negate(acc) if acc is not False else True
-    return acc
-
-  def _or(self, a, b):
-    r = self.e.temp()
-    self.e.emit("or", r, a, b)
-    return r
-
-  def negate(self, c):
-    if isinstance(c, bool):
-      return not c
-    r = self.e.temp()
-    self.e.emit("not", r, c)
-    return r
-
-  def contains(self, seq, x, node):
-    if isinstance(seq, tuple | str) and is_const(x):
-      return x in seq
-    if isinstance(seq, tuple):
-      acc: object = False
-      for y in seq:
-        c = self.compare(ast.Eq(), x, y, node)
-        if c is True:
-          return True
-        if c is not False:
-          acc = c if acc is False else self._or(acc, c)
-      return acc
-    if isinstance(seq, Lst):
-      r = self.e.temp()
-      self.e.emit("count", r, seq.reg, self.operand(self.as_int(x, node), node))
-      self.e.emit("gt", r, r, 0)
-      return r
-    if isinstance(seq, str | Text) and isinstance(x, str | Text):
-      raise Refusal(f"`{snippet(node)}`: substring tests", node)
-    raise Refusal(f"`{snippet(node)}`: `in` on this value", node)
-
-  def expr_IfExp(self, node):
-    c = self.cond(node.test)
-    if isinstance(c, bool):
-      return self.expr(node.body if c else node.orelse)
-    a, b = self.expr(node.body), self.expr(node.orelse)
-    return self.select(c, a, b, node)
-
-  def select(self, c, a, b, node):
-    a, b = self.read_var(a), self.read_var(b)
-    if isinstance(a, str | Text) or isinstance(b, str | Text):
-      return tx.select(c, self.as_text(a, node), self.as_text(b, node), self.e, node)
-    if isinstance(a, float | Milli) or isinstance(b, float | Milli):
-      r = self.e.temp()
-      self.e.emit("sel", r, c, self.milli_operand(a, node), self.milli_operand(b, node))
-      return Milli(r)
-    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-      return tuple(self.select(c, x, y, node) for x, y in zip(a, b, strict=True))
-    if isinstance(a, Lst) or isinstance(b, Lst):
-      raise Refusal(f"`{snippet(node)}`: choosing between lists", node)
-    boolean = all(isinstance(v, bool) or (isinstance(v, Int) and v.boolean) for v in (a, b))
-    r = self.e.temp()
-    x = self.operand(self.as_int(a, node), node)
-    y = self.operand(self.as_int(b, node), node)
-    self.e.emit("sel", r, c, x, y)
-    return Int(r, boolean)
-
-  def expr_Subscript(self, node):
-    base = self.expr(node.value)
-    if isinstance(node.slice, ast.Slice):
-      return self.slice(base, node.slice, node)
-    idx = self.expr(node.slice)
-    if isinstance(base, Match) and base.many:
-      if idx in (0, -1):
-        return Group(base.grammar, idx == -1)
-      raise Refusal(f"`{snippet(node)}`: only the first or last match", node)
-    if isinstance(base, tuple) and isinstance(idx, int):
-      return base[idx]
-    if isinstance(base, str) and isinstance(idx, int):
-      return base[idx]
-    if isinstance(base, tuple):
-      if all(isinstance(x, int) and not isinstance(x, bool) for x in base):
-        r = self.e.temp()
-        self.e.emit("get", r, self.e.table(base, node), self.operand(self.as_int(idx, node), node))
-        return Int(r)
-      if all(isinstance(x, str) for x in base):
-        i = self.as_int(idx, node)
-        sel = self.e.temp()
-        # Python's negative indexes: i % n for i in [-n, n)
-        self.e.emit("mod", sel, i.reg, len(base))
-        return Text([(x,) if x else () for x in base], sel)
-      raise Refusal(f"`{snippet(node)}`: run-time index into a mixed tuple", node)
-    lst = self.as_list(base, node)
-    r = self.e.temp()
-    self.e.emit("get", r, lst.reg, self.operand(self.as_int(idx, node), node))
-    return Int(r)
-
-  def slice(self, base, sl, node):
-    lo = self.expr(sl.lower) if sl.lower is not None else None
-    hi = self.expr(sl.upper) if sl.upper is not None else None
-    step = self.expr(sl.step) if sl.step is not None else None
-    if is_const(base) and is_const(lo) and is_const(hi) and is_const(step):
-      return base[lo:hi:step]
-    lst = self.as_list(base, node)
-    if step not in (None, 1):
-      if step == -1 and lo is None and hi is None:
-        r = self.e.temp_list()
-        self.e.emit("rev", r, lst.reg)
-        return Lst(r)
-      raise Refusal(f"`{snippet(node)}`: slices with a step", node)
-    r = self.e.temp_list()
-    if lo in (None, 0):
-      self.e.emit("take", r, lst.reg, self.operand(self.as_int(hi, node), node) if hi is not None else 2**31 - 1)
-      return Lst(r)
-    # general slice: a loop over the indexes
-    n = self.e.temp()
-    self.e.emit("len", n, lst.reg)
-    start = self.clamp_index(lo, n, node)
-    stop = self.clamp_index(hi, n, node) if hi is not None else n
-    self.e.emit("clear", r)
-    self.count_loop(start, stop, lambda i: self._push_get(r, lst.reg, i))
-    return Lst(r)
-
-  def _push_get(self, dst, src, i):
-    t = self.e.temp()
-    self.e.emit("get", t, src, i)
-    self.e.emit("push", dst, t)
-
-  def clamp_index(self, v, n, node):
-    """Python slice bound semantics for an int ``v`` and length ``n``."""
-    x = self.operand(self.as_int(v, node), node)
-    r = self.e.local()
-    t = self.e.temp()
-    self.e.emit("add", r, x, n)
-    self.e.emit("lt", t, x, 0)
-    self.e.emit("sel", r, t, r, x)
-    self.e.emit("max", r, r, 0)
-    self.e.emit("min", r, r, n)
-    return r
-
-  def count_loop(self, start, stop, body) -> None:
-    i = self.e.local()
-    self.e.emit("set", i, start)
-    top, end = self.e.new_label(), self.e.new_label()
-    t = self.e.temp()
-    self.e.place(top)
-    self.e.emit("lt", t, i, stop)
-    self.e.emit("jz", t, end)
-    body(i)
-    self.e.emit("add", i, i, 1)
-    self.e.emit("jmp", top)
-    self.e.place(end)
-
-  def extend(self, dst: str, src: Lst, node) -> None:
-    n = self.e.temp()
-    self.e.emit("len", n, src.reg)
-    self.count_loop(0, n, lambda i: self._push_get(dst, src.reg, i))
-
-  def expr_ListComp(self, node):
-    return self.comprehension(node, "list")
-
-  def expr_GeneratorExp(self, node):
-    return self.comprehension(node, "list")
-
-  def comprehension(self, node, how):
-    """A list comprehension / generator as a loop pushing onto a fresh list."""
-    r = self.e.local_list()
-    self.e.emit("clear", r)
-    self._comp_loops(node.generators, lambda: self._push_value(r, node.elt, node), node)
-    return Lst(r)
-
-  def _push_value(self, r, elt, node):
-    v = self.expr(elt)
-    if isinstance(v, bool):
-      v = int(v)
-    self.e.emit("push", r, self.operand(self.as_int(v, node), node))
-
-  def _comp_loops(self, gens, inner, node):
-    g = gens[0]
-    if g.is_async:
-      raise Refusal("async comprehension", node)
-    names = {n.id for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-    self.frame.multi |= names
-    for n in names:
-      self.frame.names.pop(n, None)
-
-    def body():
-      with self.e.statement():
-        skip = self.e.new_label()
-        for cond in g.ifs:
-          c = self.cond(cond)
-          if c is False:
-            self.e.emit("jmp", skip)
-          elif c is not True:
-            self.e.emit("jz", c, skip)
-        if len(gens) > 1:
-          self._comp_loops(gens[1:], inner, node)
-        else:
-          inner()
-        self.e.place(skip)
-
-    self.loop(g.target, g.iter, body, node)
-
-  # -------------------------------------------------------------------------------- truth
-  def cond(self, node):
-    """A condition: a Python bool (decided now) or a register holding 0/1."""
-    return self.truth(self.expr(node), node)
-
-  def truth(self, v, node):
-    v = self.read_var(v)
-    if is_const(v):
-      return bool(v)
-    if isinstance(v, Int):
-      return v.reg
-    if isinstance(v, Milli):
-      return v.reg
-    if isinstance(v, Match):
-      return self.match_found(v, node)
-    if isinstance(v, Lst):
-      r = self.e.temp()
-      self.e.emit("len", r, v.reg)
-      return r
-    if isinstance(v, Text):
-      if all(bool("".join(a)) for a in v.alts if all(isinstance(i, str) for i in a)):
-        if all(any(i for i in a) for a in v.alts):
-          return True
-      raise Refusal(f"`{snippet(node)}`: truth of a run-time text", node)
-    raise Refusal(f"`{snippet(node)}`: truth of this value", node)
-
-  # --------------------------------------------------------------------------------- coerce
-  def as_int(self, v, node) -> Int | int:
-    v = self.read_var(v)
-    if isinstance(v, Digits):
-      raise Refusal(f"`{snippet(node)}`: a digit character used as a number (use int())", node)
-    if isinstance(v, bool):
-      return int(v)
-    if isinstance(v, int):
-      return v
-    if isinstance(v, Int):
-      return v
-    raise Refusal(f"`{snippet(node)}`: expected an int, got {_kind(v)}", node)
-
-  def operand(self, v, node):
-    v = self.as_int(v, node) if not isinstance(v, str) else v
-    if isinstance(v, int):
-      if not -(2**31) <= v < 2**31:
-        raise Refusal(f"`{snippet(node)}`: constant {v} exceeds int32", node)
-      return v
-    return v.reg if isinstance(v, Int) else v
-
-  def milli_operand(self, v, node):
-    v = self.read_var(v)
-    if isinstance(v, Milli):
-      return v.reg
-    if isinstance(v, bool | int | float) and not isinstance(v, Int):
-      m = v * 1000
-      if abs(m - round(m)) > 1e-9:
-        raise Refusal(f"`{snippet(node)}`: {v} is not a multiple of 0.001", node)
-      return int(round(m))
-    if isinstance(v, Int):
-      r = self.e.temp()
-      self.e.emit("mul", r, v.reg, 1000)
-      return r
-    raise Refusal(f"`{snippet(node)}`: expected a number, got {_kind(v)}", node)
-
-  def as_list(self, v, node) -> Lst:
-    v = self.read_var(v)
-    if isinstance(v, Lst):
-      return v
-    if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
-      r = self.e.temp_list()
-      if v:
-        self.e.emit("copy", r, self.e.table(v, node))
-      else:
-        self.e.emit("clear", r)
-      return Lst(r)
-    if isinstance(v, tuple):
-      r = self.e.temp_list()
-      self.e.emit("clear", r)
-      for x in v:
-        self.e.emit("push", r, self.operand(self.as_int(x, node), node))
-      return Lst(r)
-    raise Refusal(f"`{snippet(node)}`: expected a list of ints, got {_kind(v)}", node)
-
-  def as_text(self, v, node) -> Text:
-    v = self.read_var(v)
-    if isinstance(v, Text):
-      return v
-    if isinstance(v, str):
-      return Text.of(v)
-    if isinstance(v, bool):
-      return Text.of(str(v))
-    if is_const(v) and not isinstance(v, tuple):
-      return Text.of(str(v))
-    if isinstance(v, Int):
-      if v.boolean:
-        return tx.select(v.reg, Text.of("True"), Text.of("False"), self.e, node)
-      return Text.of(Slot(self.slot_copy(v.reg)))
-    if isinstance(v, Lst):
-      r = self.e.local_list()
-      self.e.emit("copy", r, v.reg)
-      return tx.concat(tx.concat(Text.of("["), Text.of(Slot(r)), self.e), Text.of("]"), self.e)
-    if isinstance(v, Digits):
-      return Text.of(Slot(self.slot_copy(v.value.reg)))
-    raise Refusal(f"`{snippet(node)}`: {_kind(v)} shown as text", node)
-
-  def slot_copy(self, reg: str) -> str:
-    """A register a template may show at the end of the call: a pinned copy."""
-    if self.e.is_temp(reg):
-      return self.e.pin(reg)
-    r = self.e.local()
-    self.e.emit("set", r, reg)
-    return r
-
-  def minmax(self, name, vals):
-    out = vals[0]
-    for v in vals[1:]:
-      if is_const(out) and is_const(v):
-        out = min(out, v) if name == "min" else max(out, v)
-        continue
-      r = self.e.temp()
-      if isinstance(out, float | Milli) or isinstance(v, float | Milli):
-        self.e.emit(name, r, self.milli_operand(out, None), self.milli_operand(v, None))
-        out = Milli(r)
-      else:
-        self.e.emit(name, r, self.operand(out, None), self.operand(v, None))
-        out = Int(r)
-    return out
-
-  def match_found(self, m: Match, node) -> str:
-    self.env.use_grammar(m.grammar, None, node)
-    return "found"
-
-  # --------------------------------------------------------------------------------- calls
-  def make_range(self, args, node):
-    """``range(...)``: a constant tuple when short, else a `Range`."""
-    args = [self.read_var(a) for a in args]
-    if len(args) == 1:
-      args = [0, args[0]]
-    step = args[2] if len(args) == 3 else 1
-    if not isinstance(step, int) or step == 0:
-      raise Refusal(f"`{snippet(node)}`: range step must be a non-zero constant", node)
-    lo, hi = args[0], args[1]
-    if isinstance(lo, int) and isinstance(hi, int) and len(range(lo, hi, step)) <= 4:
-      return tuple(range(lo, hi, step))
-    return Range(self.as_int(lo, node), self.as_int(hi, node), step)
-
-  def expr_Call(self, node):
-    from spade_jax.envs.translate.call import call
-
-    return call(self, node)
-
-
-_PY_OPS = {
-  ast.Add: lambda a, b: a + b,
-  ast.Sub: lambda a, b: a - b,
-  ast.Mult: lambda a, b: a * b,
-  ast.FloorDiv: lambda a, b: a // b,
-  ast.Mod: lambda a, b: a % b,
-  ast.Pow: lambda a, b: a**b,
-  ast.Div: lambda a, b: a / b,
-  ast.BitAnd: lambda a, b: a & b,
-  ast.BitOr: lambda a, b: a | b,
-}
-
-
-def _as_load(t):
-  t2 = ast.parse(ast.unparse(t), mode="eval").body
-  return ast.copy_location(t2, t)
-
-
-def _kind(v) -> str:
-  if isinstance(v, Text | str):
-    return "text"
-  if isinstance(v, Lst):
-    return "a list"
-  if isinstance(v, Milli | float):
-    return "a float"
-  if isinstance(v, Match | Group):
-    return "a regex match"
-  if isinstance(v, ActionText):
-    return "the action text"
-  return type(v).__name__
-
-
-__all__ = ["Visitor", "Frame", "math", "grammar_of"]
+  # methods defined in loops.py, exprs.py and coerce.py
+  loop = loops.loop
+  iterable = loops.iterable
+  seq_iter = loops.seq_iter
+  length_of = loops.length_of
+  item_at = loops.item_at
+  slice = loops.slice
+  _push_get = loops._push_get
+  clamp_index = loops.clamp_index
+  count_loop = loops.count_loop
+  extend = loops.extend
+  expr_ListComp = loops.expr_ListComp
+  expr_GeneratorExp = loops.expr_GeneratorExp
+  comprehension = loops.comprehension
+  _push_value = loops._push_value
+  _comp_loops = loops._comp_loops
+  shadowed = exprs.shadowed
+  lookup = exprs.lookup
+  expr = exprs.expr
+  expr_Constant = exprs.expr_Constant
+  expr_Name = exprs.expr_Name
+  expr_Tuple = exprs.expr_Tuple
+  expr_Dict = exprs.expr_Dict
+  expr_List = exprs.expr_List
+  expr_Attribute = exprs.expr_Attribute
+  expr_JoinedStr = exprs.expr_JoinedStr
+  expr_UnaryOp = exprs.expr_UnaryOp
+  expr_BinOp = exprs.expr_BinOp
+  binop = exprs.binop
+  milli_op = exprs.milli_op
+  power = exprs.power
+  expr_BoolOp = exprs.expr_BoolOp
+  expr_Compare = exprs.expr_Compare
+  compare = exprs.compare
+  text_compare = exprs.text_compare
+  _or = exprs._or
+  negate = exprs.negate
+  contains = exprs.contains
+  expr_IfExp = exprs.expr_IfExp
+  select = exprs.select
+  expr_Subscript = exprs.expr_Subscript
+  make_range = exprs.make_range
+  expr_Call = exprs.expr_Call
+  cond = coerce.cond
+  truth = coerce.truth
+  as_int = coerce.as_int
+  operand = coerce.operand
+  milli_operand = coerce.milli_operand
+  as_list = coerce.as_list
+  as_text = coerce.as_text
+  slot_copy = coerce.slot_copy
+  minmax = coerce.minmax
+  match_found = coerce.match_found
