@@ -13,6 +13,7 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
   not r3 found
   ge r4 turn maxturns
   answer r0                       # the solution (scalar or list register)
+  parse signed first              # optional answer mode (default: the last box's int list)
   obs "Guess my number between 1 and 100. Answer as \\boxed{N}."
   hint "Halve the interval each turn."           # optional
   case r1 1000 stop "Correct!"    # case PRED REWARD stop|go TEMPLATE: first match wins
@@ -35,6 +36,12 @@ thousandths. Opcodes (signatures in `program.OPS`; ``d`` destination, ``a b c`` 
   dot d L M (sum of products) | lset l a b (l[a] = b) | push l a | clear l | copy l L
   sort/rev l L | take l L a (L[:a]) | shuffle l L | sample l L a | range l a b | digits l a
 
+``parse GRAMMAR first|last`` (optional, after ``answer``; sets ``answer_mode``) makes the step
+see one int: the first / last ``\\boxed{...}`` whose content matches GRAMMAR, as Python's
+``re.search`` / ``re.findall(...)[-1]`` would (see `parse`): ``signed`` ``-?\\d+``, ``digits``
+``\\d+``, ``signed_ws`` ``\\s*-?\\d+\\s*``, ``digits_ws`` ``\\s*\\d+\\s*``. Without it the
+answer is the int list of the last box (an invalid last box is no answer).
+
 Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the
 identical program.
 """
@@ -46,6 +53,7 @@ import re
 
 import numpy as np
 
+from spade_jax.envs.ir.parse import GRAMMAR_NAMES
 from spade_jax.envs.ir.program import (
   ANSWER_INT,
   ANSWER_LIST,
@@ -83,14 +91,16 @@ _WORD = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s"]+|"')
 _INT = re.compile(r"-?[0-9]+")
 
 
-_KEYWORDS = ("turns", "table", "reset", "step", "answer", "obs", "hint", "case")
+_ORDER = ("first", "last")  # answer_mode[1]
+_KEYWORDS = ("turns", "table", "reset", "step", "answer", "parse", "obs", "hint", "case")
 # Grammar: stage -> {statement: next stage}; instructions are allowed in reset/step.
 _NEXT = {
   "start": {"turns": "turns"},
   "turns": {"table": "turns", "reset": "reset"},
   "reset": {"step": "step"},
   "step": {"answer": "answer"},
-  "answer": {"obs": "obs"},
+  "answer": {"parse": "parse", "obs": "obs"},
+  "parse": {"obs": "obs"},
   "obs": {"hint": "hint", "case": "case"},
   "hint": {"case": "case"},
   "case": {"case": "case"},
@@ -294,6 +304,12 @@ class _Assembler:
       ref = ("list", r)
     self.template(line, TPL_SOLUTION, [("text", "\\boxed{"), ref, ("text", "}")])
 
+  def parse_mode(self, line):
+    names = GRAMMAR_NAMES[1:]
+    if len(line.words) != 3 or line.words[1] not in names or line.words[2] not in _ORDER:
+      raise line.error(f"expected 'parse {'|'.join(names)} first|last'")
+    self.arr["answer_mode"][:] = (GRAMMAR_NAMES.index(line.words[1]), _ORDER.index(line.words[2]))
+
   def case(self, line):
     if len(line.words) < 5:
       raise line.error("expected 'case PRED REWARD stop|go TEMPLATE...'")
@@ -336,6 +352,8 @@ class _Assembler:
           raise line.error(f"'{head}' stands alone on its line")
       elif head == "answer":
         self.answer(line)
+      elif head == "parse":
+        self.parse_mode(line)
       elif head in ("obs", "hint"):
         items = self.items(line, line.words[1:])
         if head == "obs" and not items:
@@ -427,6 +445,9 @@ def disassemble(program: EnvProgram, tokenizer, cfg: ProgramConfig = DEFAULT_CON
       out.append(" ".join(words))
   kind, idx = int(p.answer[0]), int(p.answer[1])
   out.append("answer " + (f"r{idx}" if kind == ANSWER_INT else f"l{idx}"))
+  grammar, last = (int(x) for x in p.answer_mode)
+  if grammar:
+    out.append(f"parse {GRAMMAR_NAMES[grammar]} {_ORDER[last]}")
   out.append("obs " + _items_text(template_items(p, TPL_OBS, tokenizer), cfg))
   hint = template_items(p, TPL_HINT, tokenizer)
   if hint:
