@@ -164,8 +164,7 @@ def first_templates(program: EnvProgram, tok, spec: RolloutSpec) -> FirstTemplat
   head = [("text", spec.preamble)] if spec.preamble else []
   n_obs = spec.program_cfg.n_obs
   plain = [
-    head + text.template_items(program, spec.program_cfg.obs_template(j), tok)
-    for j in range(n_obs)
+    head + text.template_items(program, spec.program_cfg.obs_template(j), tok) for j in range(n_obs)
   ]
   hinted = [p + [("text", HINT_SEPARATOR)] + hint if hint else p for p in plain]
   tpls = [text.compile_template(items, tok, cfg, consts) for items in plain + hinted]

@@ -208,6 +208,7 @@ def _finish(lang, buf, off, tpl_len, table_len, n_cases) -> EnvProgram:
     n_cases=jnp.asarray(n_cases, jnp.int32),
     max_turns=field("max_turns", (1,))[0],
     answer=answer,
+    answer_mode=jnp.zeros(2, jnp.int32),  # the tiny language has no `parse` line
     tpl_ids=tpl_ids,
     tpl_len=tpl_len.at[TPL_SOLUTION].set(2),
     tpl_slots=slots,

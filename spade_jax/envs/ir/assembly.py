@@ -13,6 +13,7 @@ Sections come in a fixed order (a regular grammar, so a token mask can enforce i
   not r3 found
   ge r4 turn maxturns
   answer r0                       # the solution (scalar or list register)
+  parse signed first              # optional answer mode (default: the last box's int list)
   obssel r5                       # optional: which obs line is the observation (default 0)
   obs "Guess my number between 1 and 100. Answer as \\boxed{N}."
   obs "Alternative observation 1"  # further obs lines: alternatives 1, 2 .. (cfg.n_obs)
@@ -43,6 +44,12 @@ instructions ends the call) or a label: a line ``@name`` in the reset or step co
 index of the next instruction (labels are local to their section; forward references work).
 `disassemble` prints numeric targets.
 
+``parse GRAMMAR first|last`` (optional, after ``answer``; sets ``answer_mode``) makes the step
+see one int: the first / last ``\\boxed{...}`` whose content matches GRAMMAR, as Python's
+``re.search`` / ``re.findall(...)[-1]`` would (see `parse`): ``signed`` ``-?\\d+``, ``digits``
+``\\d+``, ``signed_ws`` ``\\s*-?\\d+\\s*``, ``digits_ws`` ``\\s*\\d+\\s*``. Without it the
+answer is the int list of the last box (an invalid last box is no answer).
+
 Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the
 identical program.
 """
@@ -54,6 +61,7 @@ import re
 
 import numpy as np
 
+from spade_jax.envs.ir.parse import GRAMMAR_NAMES
 from spade_jax.envs.ir.program import (
   ANSWER_INT,
   ANSWER_LIST,
@@ -92,14 +100,16 @@ _INT = re.compile(r"-?[0-9]+")
 
 
 _LABEL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
-_KEYWORDS = ("turns", "table", "reset", "step", "answer", "obssel", "obs", "hint", "case")
+_ORDER = ("first", "last")  # answer_mode[1]
+_KEYWORDS = ("turns", "table", "reset", "step", "answer", "parse", "obssel", "obs", "hint", "case")
 # Grammar: stage -> {statement: next stage}; instructions are allowed in reset/step.
 _NEXT = {
   "start": {"turns": "turns"},
   "turns": {"table": "turns", "reset": "reset"},
   "reset": {"step": "step"},
   "step": {"answer": "answer"},
-  "answer": {"obssel": "obssel", "obs": "obs"},
+  "answer": {"parse": "parse", "obssel": "obssel", "obs": "obs"},
+  "parse": {"obssel": "obssel", "obs": "obs"},
   "obssel": {"obs": "obs"},
   "obs": {"obs": "obs", "hint": "hint", "case": "case"},
   "hint": {"case": "case"},
@@ -336,6 +346,12 @@ class _Assembler:
       ref = ("list", r)
     self.template(line, TPL_SOLUTION, [("text", "\\boxed{"), ref, ("text", "}")])
 
+  def parse_mode(self, line):
+    names = GRAMMAR_NAMES[1:]
+    if len(line.words) != 3 or line.words[1] not in names or line.words[2] not in _ORDER:
+      raise line.error(f"expected 'parse {'|'.join(names)} first|last'")
+    self.arr["answer_mode"][:] = (GRAMMAR_NAMES.index(line.words[1]), _ORDER.index(line.words[2]))
+
   def case(self, line):
     if len(line.words) < 5:
       raise line.error("expected 'case PRED REWARD stop|go|trunc TEMPLATE...'")
@@ -383,6 +399,8 @@ class _Assembler:
           raise line.error(f"'{head}' stands alone on its line")
       elif head == "answer":
         self.answer(line)
+      elif head == "parse":
+        self.parse_mode(line)
       elif head == "obssel":
         if len(line.words) != 2:
           raise line.error("expected 'obssel OPERAND' (an integer or a scalar register)")
@@ -483,6 +501,9 @@ def disassemble(program: EnvProgram, tokenizer, cfg: ProgramConfig = DEFAULT_CON
       out.append(" ".join(words))
   kind, idx = int(p.answer[0]), int(p.answer[1])
   out.append("answer " + (f"r{idx}" if kind == ANSWER_INT else f"l{idx}"))
+  grammar, last = (int(x) for x in p.answer_mode)
+  if grammar:
+    out.append(f"parse {GRAMMAR_NAMES[grammar]} {_ORDER[last]}")
   if int(p.obs_select[0]) != MODE_NONE:
     out.append("obssel " + _operand(int(p.obs_select[0]), int(p.obs_select[1]), cfg))
   alts = [template_items(p, cfg.obs_template(j), tokenizer) for j in range(cfg.n_obs)]

@@ -31,6 +31,7 @@ from flax import struct
 from gymnax.environments import environment
 
 from spade_jax.envs.ir import ops
+from spade_jax.envs.ir.parse import select_answer, solution_modes
 from spade_jax.envs.ir.program import (
   ANSWER_LIST,
   DEFAULT_CONFIG,
@@ -148,6 +149,7 @@ class ProgramEnv(environment.Environment):
     program = jax.tree.map(jnp.asarray, program)
     done = state.terminated | state.truncated
     turn = state.time + 1
+    action = select_answer(action, program.answer_mode)  # the program's answer mode
     found = jnp.asarray(action.found, bool)
     count = jnp.where(found, jnp.asarray(action.count, jnp.int32), 0)
     values = jnp.where(found, jnp.asarray(action.values, jnp.int32), 0)
@@ -204,11 +206,9 @@ class ProgramEnv(environment.Environment):
     is_list = kind == ANSWER_LIST
     lidx = jnp.clip(idx, 0, self.cfg.n_listfile - 1)
     scalar = jnp.zeros(self.cfg.list_len, jnp.int32).at[0].set(state.regs[idx])
-    return Action(
-      jnp.bool_(True),
-      jnp.where(is_list, state.list_len[lidx], 1),
-      jnp.where(is_list, state.lists[lidx], scalar),
-    )
+    count = jnp.where(is_list, state.list_len[lidx], 1)
+    values = jnp.where(is_list, state.lists[lidx], scalar)
+    return Action(jnp.bool_(True), count, values, *solution_modes(count, values))
 
   # ------------------------------------------------------------------------------ helpers
   def _render(self, state: EnvState, t, program: EnvProgram, out_len=None):

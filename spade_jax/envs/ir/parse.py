@@ -17,6 +17,29 @@ pattern characters, braces, minus, comma, each digit) and provably equivalent ru
 collapsed (``ws``/``other`` runs, repeated non-digit classes beyond two, pattern letters that
 cannot extend a match). SmolLM2's 49k tokens reduce to at most 7 classes, so one token is a
 short unrolled loop.
+
+Answer modes (`parse_modes`, `select_answer`, ``EnvProgram.answer_mode``). Besides that list
+answer (grammar 0) the same single pass tracks, for four single-int *grammars* of the box
+content -- the text between ``\\boxed{`` and the first following ``}`` --
+
+  1 ``signed``     ``-?\\d+``        2 ``digits``     ``\\d+``
+  3 ``signed_ws``  ``\\s*-?\\d+\\s*``  4 ``digits_ws``  ``\\s*\\d+\\s*``
+
+the *first* and the *last* box whose content matches the grammar: exactly
+``re.search(rb"\\\\boxed\\{(" + G + rb")\\}", text)`` (first) and ``re.findall(...)[-1]``
+(last) on the UTF-8 bytes, ``int()`` of the group. A box that does not match is skipped, as
+Python's search skips it (``\\boxed{\\boxed{12}}`` -> 12, ``\\boxed{-5}`` is no match for
+``digits``, an unclosed ``\\boxed{5`` never matches). Matches of these grammars cannot overlap,
+so findall's non-overlapping matches are all the matching boxes. Classes are ASCII: ``\\d`` is
+``[0-9]``, ``\\s`` is ``[ \\t\\n\\r\\f\\v]`` (a translated environment that applies a ``str``
+regex to non-ASCII digits or spaces differs). An int outside int32 still counts as the match
+(the same box Python picks) and its value is *saturated* to ``[-2**31, 2**31 - 1]``: Python's
+big int orders the same against any int32 target, so comparisons and range checks behave as in
+Python except for equality with the two extreme values. Results are indexed
+``alt_index(g, last) = 2 * (g - 1) + last`` in ``Action.alt_found`` / ``Action.alt_value`` [8].
+The extra per-candidate state is one flag (whitespace seen); a closing brace derives the four
+grammar matches from the content DFA (digits/after state, no comma, sign, whitespace) and
+latches first/last values, a few [8]-vector selects per byte class.
 """
 
 from __future__ import annotations
@@ -28,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.ir.program import Action
+from spade_jax.envs.ir.program import Action, make_action
 
 _WS_BYTES = b" \t\n\r\x0b\x0c"
 _BOXED_B = re.compile(rb"\\boxed\{([^{}]*)\}")
@@ -36,6 +59,25 @@ _INTS_B = re.compile(
   rb"[ \t\n\r\f\v]*-?[0-9]+[ \t\n\r\f\v]*(?:,[ \t\n\r\f\v]*-?[0-9]+[ \t\n\r\f\v]*)*"
 )
 _INT_B = re.compile(rb"-?[0-9]+")
+_WS_RE = rb"[ \t\n\r\f\v]*"
+# Single-int answer grammars 1..4 (index 0 is the list grammar of `parse_boxed`).
+GRAMMARS = (
+  None,
+  rb"-?[0-9]+",
+  rb"[0-9]+",
+  _WS_RE + rb"-?[0-9]+" + _WS_RE,
+  _WS_RE + rb"[0-9]+" + _WS_RE,
+)
+GRAMMAR_NAMES = ("list", "signed", "digits", "signed_ws", "digits_ws")
+N_ALT = 2 * (len(GRAMMARS) - 1)  # (grammar 1..4) x (first, last)
+_GRAMMAR_B = [None] + [re.compile(rb"\\boxed\{(" + g + rb")\}") for g in GRAMMARS[1:]]
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def alt_index(grammar: int, last: int) -> int:
+  """Index of (single-int grammar 1..4, 0 first / 1 last) in ``Action.alt_found/alt_value``."""
+  return 2 * (grammar - 1) + last
+
 
 # Byte classes.
 PAD, WS, OTHER, BSLASH, LB, RB, MINUS, COMMA = 0, 1, 2, 3, 9, 10, 11, 12
@@ -67,6 +109,64 @@ def parse_boxed(text: bytes | str, max_items: int) -> list[int] | None:
   if len(vals) > max_items or any(not -(2**31) <= v < 2**31 for v in vals):
     return None
   return vals
+
+
+def parse_modes(text: bytes | str) -> list[int | None]:
+  """Python reference of the single-int modes: ``[alt_index(g, last)] -> int or None`` (the
+  value of ``re.search`` (first) / ``re.findall(...)[-1]`` (last) for grammar ``g``, saturated
+  to int32)."""
+  data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+  out: list[int | None] = [None] * N_ALT
+  for g in range(1, len(GRAMMARS)):
+    found = _GRAMMAR_B[g].findall(data)
+    if found:
+      m = _GRAMMAR_B[g].search(data)
+      assert m is not None and m.group(1) == found[0]
+      for last, v in ((0, found[0]), (1, found[-1])):
+        out[alt_index(g, last)] = min(max(int(v), INT32_MIN), INT32_MAX)
+  return out
+
+
+def text_action(text: bytes | str, cfg) -> Action:
+  """Host helper: the `Action` the device parser gives for ``text`` (every mode filled;
+  ``cfg`` a `ProgramConfig`)."""
+  act = make_action(parse_boxed(text, cfg.list_len), cfg)
+  modes = parse_modes(text)
+  return act._replace(
+    alt_found=np.array([v is not None for v in modes]),
+    alt_value=np.array([0 if v is None else v for v in modes], np.int32),
+  )
+
+
+def solution_modes(count, values) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """``alt_found, alt_value`` of the text ``\\boxed{v}`` for an answer of ``count`` ints (only
+  a 1-int answer has them; the ``digits`` grammars need ``v >= 0``), as `make_action`."""
+  v = jnp.asarray(values, jnp.int32)[0]
+  one = jnp.asarray(count) == 1
+  found = jnp.repeat(one & jnp.stack([True, v >= 0, True, v >= 0]), 2)
+  return found, jnp.where(found, v, 0).astype(jnp.int32)
+
+
+def select_answer(action: Action, answer_mode) -> Action:
+  """The answer a program with ``answer_mode`` (grammar, 0 first / 1 last) sees: the action
+  itself for grammar 0, else the selected single-int result as a 1-int answer (``found`` 0 and
+  ``count`` 0 when absent; an action without ``alt_*`` fields has none)."""
+  mode = jnp.asarray(answer_mode, jnp.int32)
+  values = jnp.asarray(action.values, jnp.int32)
+  if action.alt_found is None:
+    alt_f, alt_v = jnp.bool_(False), jnp.int32(0)
+  else:
+    k = jnp.clip(2 * (mode[0] - 1) + jnp.clip(mode[1], 0, 1), 0, N_ALT - 1)
+    alt_f = jnp.asarray(action.alt_found, bool)[k]
+    alt_v = jnp.asarray(action.alt_value, jnp.int32)[k]
+  use = mode[0] != 0
+  return Action(
+    jnp.where(use, alt_f, jnp.asarray(action.found, bool)),
+    jnp.where(use, alt_f.astype(jnp.int32), jnp.asarray(action.count, jnp.int32)),
+    jnp.where(use, jnp.zeros_like(values).at[0].set(jnp.where(alt_f, alt_v, 0)), values),
+    action.alt_found,
+    action.alt_value,
+  )
 
 
 # --------------------------------------------------------------------------- byte tables
@@ -123,13 +223,32 @@ class ParseState(NamedTuple):
   found: jnp.ndarray  # [] bool: result of the last completed candidate
   res_count: jnp.ndarray
   res_items: jnp.ndarray  # [max_items]
+  ws: jnp.ndarray  # [] bool: whitespace seen in this candidate
+  alt_found: jnp.ndarray  # [N_ALT] bool: (grammar, first/last) matched so far
+  alt_value: jnp.ndarray  # [N_ALT] int32
 
 
 def parse_init(max_items: int) -> ParseState:
   z = jnp.int32(0)
   f = jnp.bool_(False)
   zi = jnp.zeros(max_items, jnp.int32)
-  return ParseState(z, f, z, f, jnp.uint32(0), f, z, zi, f, z, zi)
+  alt_f, alt_v = jnp.zeros(N_ALT, bool), jnp.zeros(N_ALT, jnp.int32)
+  return ParseState(z, f, z, f, jnp.uint32(0), f, z, zi, f, z, zi, f, alt_f, alt_v)
+
+
+def _latch(st: ParseState, commit) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """``alt_found/alt_value`` after a closing brace (``commit``) of the current candidate."""
+  single = commit & ((st.cs == S_DIGITS) | (st.cs == S_AFTER)) & (st.count == 0)
+  ok = single & jnp.stack([~st.ws, ~st.ws & ~st.neg, jnp.bool_(True), ~st.neg])  # grammars 1..4
+  ovf = st.bad | (~st.neg & (st.mag > jnp.uint32(INT32_MAX)))
+  signed = jax.lax.bitcast_convert_type(
+    jnp.where(st.neg, jnp.uint32(0) - st.mag, st.mag), jnp.int32
+  )
+  val = jnp.where(ovf, jnp.where(st.neg, INT32_MIN, INT32_MAX), signed).astype(jnp.int32)
+  ok2 = jnp.repeat(ok, 2)  # [N_ALT]: (g, first), (g, last)
+  is_last = jnp.arange(N_ALT) % 2 == 1
+  take = ok2 & (is_last | ~st.alt_found)
+  return st.alt_found | ok2, jnp.where(take, val, st.alt_value)
 
 
 def _push(st: ParseState) -> ParseState:
@@ -192,8 +311,12 @@ def _feed_class(st: ParseState, c) -> ParseState:
   accept = (st.cs == S_DIGITS) | (st.cs == S_AFTER)
   fin = jax.tree.map(lambda a, b: jnp.where(accept, a, b), _push(st), st)
   commit = st.inside & (c == RB)
+  alt_found, alt_value = _latch(st, commit)
+  content = content._replace(ws=st.ws | (c == WS))
   out = jax.tree.map(lambda a, b: jnp.where(st.inside & (c != LB) & (c != RB), a, b), content, st)
   out = out._replace(
+    alt_found=alt_found,
+    alt_value=alt_value,
     found=jnp.where(commit, accept & ~fin.bad, st.found),
     res_count=jnp.where(commit, fin.count, st.res_count),
     res_items=jnp.where(commit, fin.items, st.res_items),
@@ -206,6 +329,7 @@ def _feed_class(st: ParseState, c) -> ParseState:
     neg=out.neg & ~opened,
     mag=jnp.where(opened, jnp.uint32(0), out.mag),
     bad=out.bad & ~opened,
+    ws=out.ws & ~opened,
     count=jnp.where(opened, 0, out.count),
     items=jnp.where(opened, fresh.items, out.items),
   )
@@ -221,12 +345,15 @@ def parse_feed(st: ParseState, token, tables: ParseTables) -> ParseState:
 
 
 def parse_result(st: ParseState) -> Action:
-  """The answer so far: `Action(found, count, values)` (values zero-padded)."""
+  """The answer so far: `Action(found, count, values, alt_found, alt_value)` (values
+  zero-padded; ``alt_*`` the single-int modes, see `alt_index`)."""
   found = st.found
   return Action(
     found,
     jnp.where(found, st.res_count, 0),
     jnp.where(found, st.res_items, jnp.zeros_like(st.res_items)),
+    st.alt_found,
+    jnp.where(st.alt_found, st.alt_value, 0),
   )
 
 

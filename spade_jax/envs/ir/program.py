@@ -13,6 +13,11 @@ Machine model (what the assembler, the translator and the tiny designer target):
 * List registers: ``l0..l{n_lists-1}`` (general, capacity ``list_len``) followed by the
   read-only ``lguess`` (the parsed answer as a list). Constant tables ``t0..`` are read-only
   lists stored in the program.
+* The answer the specials hold is chosen by ``answer_mode`` (grammar, 0 first | 1 last): the
+  default ``(0, 0)`` is the int list of the last ``\\boxed{}`` (invalid last box = none);
+  grammars 1..4 take one int, the first / last box whose content matches ``-?\\d+``, ``\\d+``,
+  ``\\s*-?\\d+\\s*`` or ``\\s*\\d+\\s*`` as Python's ``re.search`` / ``findall(...)[-1]``
+  would (`parse.py`; ``nguess`` 1 and ``lguess`` ``[v]`` when found).
 * Instructions ``(op, dst, amode, a, bmode, b, cmode, c)``; an operand is an immediate, a
   scalar register, a list register or a table (``MODE_*``). Arithmetic has Python semantics
   (floor ``//`` and ``%``, ``abs``/``min``/``max``, comparisons yielding 0/1) and is checked:
@@ -186,6 +191,9 @@ class EnvProgram:
   n_cases: jnp.ndarray  # []
   max_turns: jnp.ndarray  # []
   answer: jnp.ndarray  # [2] (ANSWER_INT | ANSWER_LIST, register index)
+  # [2] (grammar, 0 first | 1 last): which parsed answer the step sees (`parse.select_answer`);
+  # grammar 0 = the last box's int list (mode 0), 1..4 = a single int (`parse.GRAMMARS`).
+  answer_mode: jnp.ndarray
   tpl_ids: jnp.ndarray  # [n_templates, tpl_tokens] literal token ids
   tpl_len: jnp.ndarray  # [n_templates]
   # Slots: (kind, register, insert position, drop before if negative, drop before / after
@@ -202,11 +210,14 @@ class EnvProgram:
 
 
 class Action(NamedTuple):
-  """A parsed answer: ``found``, how many ints (``count``; 1 for a bare int) and the ints."""
+  """A parsed answer: ``found``, how many ints (``count``; 1 for a bare int) and the ints, plus
+  the single-int answer modes (`parse.alt_index` order; ``None`` = none found)."""
 
   found: jnp.ndarray  # [] bool
   count: jnp.ndarray  # [] int32
   values: jnp.ndarray  # [list_len] int32
+  alt_found: jnp.ndarray | None = None  # [8] bool: (grammar 1..4, first/last) matched
+  alt_value: jnp.ndarray | None = None  # [8] int32 (int32-saturated)
 
 
 def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
@@ -222,6 +233,7 @@ def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
     n_cases=z(),
     max_turns=z(),
     answer=z(2),
+    answer_mode=z(2),
     tpl_ids=z(t, cfg.tpl_tokens),
     tpl_len=z(t),
     tpl_slots=z(t, s, 6),
@@ -235,12 +247,13 @@ def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
 
 
 def program_from_arrays(arrays: dict[str, np.ndarray]) -> EnvProgram:
-  """An `EnvProgram` from a dict of arrays; arrays saved before ``obs_select`` existed load
-  with zeros there (template 0)."""
+  """An `EnvProgram` from a dict of arrays; arrays saved before ``obs_select`` or
+  ``answer_mode`` existed load with zeros there (template 0; the last box's int list)."""
   arrays = dict(arrays)
-  if "obs_select" not in arrays:
-    lead = np.shape(arrays["n_cases"])  # [] or a batch shape
-    arrays["obs_select"] = np.zeros((*lead, 2), np.int32)
+  lead = np.shape(arrays["n_cases"])  # [] or a batch shape
+  for name in ("obs_select", "answer_mode"):
+    if name not in arrays:
+      arrays[name] = np.zeros((*lead, 2), np.int32)
   return EnvProgram(**{k: np.asarray(v, np.int32) for k, v in arrays.items()})
 
 
@@ -255,12 +268,19 @@ def stack_programs(programs: list[EnvProgram]) -> EnvProgram:
 
 
 def make_action(values, cfg: ProgramConfig) -> Action:
-  """Host helper: an `Action` from a list of ints (or ``None`` for "no answer")."""
+  """Host helper: an `Action` from a list of ints (or ``None`` for "no answer"); the single-int
+  modes are those of the text ``\\boxed{v}`` for one int ``v`` (``digits`` grammars need
+  ``v >= 0``), none otherwise (`parse.text_action` parses an actual text)."""
   out = np.zeros(cfg.list_len, np.int32)
+  alt_found, alt_value = np.zeros(8, bool), np.zeros(8, np.int32)
   if values is None:
-    return Action(np.bool_(False), np.int32(0), out)
+    return Action(np.bool_(False), np.int32(0), out, alt_found, alt_value)
   out[: len(values)] = values
-  return Action(np.bool_(True), np.int32(len(values)), out)
+  if len(values) == 1:
+    v = int(values[0])
+    alt_found[:] = np.repeat([True, v >= 0, True, v >= 0], 2)
+    alt_value[alt_found] = v
+  return Action(np.bool_(True), np.int32(len(values)), out, alt_found, alt_value)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -284,7 +304,8 @@ CHECKS = (
   "n_cases must be in [1, config n_cases]",
   "case {where}: bad predicate/reward operand or stop flag",
   "case {where}: immediate reward outside [-1000, 1000]",
-  "answer: must name a general scalar register or a general list register",
+  "answer: must name a general scalar register or a general list register (answer_mode: "
+  "grammar 0..4, 0 first / 1 last, grammar 0 only with 0)",
   "template {where}: token id out of range or non-zero padding",
   "template {where}: bad number slot (kind, register, position or order)",
   "template {where}: sign tail longer than tail_len or non-zero padding",
@@ -335,6 +356,7 @@ def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: i
         ((ans[0] == ANSWER_INT) & (ans[1] >= 0) & (ans[1] < cfg.n_regs))
         | ((ans[0] == ANSWER_LIST) & (ans[1] >= 0) & (ans[1] < cfg.n_lists))
       )
+      | ~_answer_mode_ok(xp.asarray(program.answer_mode))
     )[None]
   )
   checks += _template_checks(program, cfg, xp, vocab_size)
@@ -354,6 +376,11 @@ def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: i
     code = xp.where(hit, xp.int32(i + 1), code)
     where = xp.where(hit, xp.argmax(bad).astype(xp.int32), where)
   return code, where
+
+
+def _answer_mode_ok(mode):
+  g, last = mode[0], mode[1]
+  return (g >= 0) & (g <= 4) & ((last == 0) | ((last == 1) & (g > 0)))
 
 
 def _scalar_operand_ok(mode, val, cfg):

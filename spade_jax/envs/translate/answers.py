@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-# The device parser's single-int grammars (parse.py): content between "\boxed{" and "}".
-GRAMMARS = {1: r"-?\d+", 2: r"\d+", 3: r"\s*-?\d+\s*", 4: r"\s*\d+\s*"}
+from spade_jax.envs.ir.parse import GRAMMARS as _DEVICE_GRAMMARS
+
+# The device parser's single-int grammars: content between "\boxed{" and "}".
+GRAMMARS = {g: _DEVICE_GRAMMARS[g].decode() for g in range(1, len(_DEVICE_GRAMMARS))}
 
 _CONTENTS = (
   "5", "42", "-7", "007", " 12", "12 ", " -3 ", "+4", "1, 2", "x", "", "3x", "-", "123",

@@ -31,8 +31,8 @@ import random
 
 import numpy as np
 
-from spade_jax.envs.ir.parse import parse_boxed
-from spade_jax.envs.ir.program import Action, ProgramConfig, make_action
+from spade_jax.envs.ir.parse import parse_boxed, text_action
+from spade_jax.envs.ir.program import Action, ProgramConfig
 from spade_jax.envs.sandbox import policy as sandbox_policy
 from spade_jax.envs.sandbox.pool import EnvError
 
@@ -246,7 +246,7 @@ def _interpreter(cfg: ProgramConfig):
 
 
 def _actions(texts, cfg) -> Action:
-  acts = [make_action(parse_boxed(t, cfg.list_len), cfg) for t in texts]
+  acts = [text_action(t, cfg) for t in texts]
   return Action(*(np.stack([np.asarray(getattr(a, f)) for a in acts]) for f in Action._fields))
 
 

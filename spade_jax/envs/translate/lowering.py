@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from spade_jax.envs.ir.parse import GRAMMAR_NAMES
 from spade_jax.envs.ir.program import ProgramConfig
 from spade_jax.envs.translate import texts as tx
 from spade_jax.envs.translate.emit import Emitter, template_line
@@ -324,13 +325,13 @@ class EnvLowering:
     lines.append(f"answer {answer}")
     if self.grammar is not None:
       g, last = self.grammar
-      lines.append(f"parse {g} {'last' if last else 'first'}")
+      lines.append(f"parse {GRAMMAR_NAMES[g]} {'last' if last else 'first'}")
     if obs_sel is not None:
       lines.append(f"obssel {obs_sel}")
     for alt in obs.alts:
       lines.append(template_line("obs", alt or ("",)))
     lines += cases
-    return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, {"device"}, len(cases))
+    return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, {"reference"}, len(cases))
 
   def as_top_text(self, value, node) -> Text:
     t = self.v.as_text(value, node)
