@@ -40,6 +40,8 @@ def call(v, node):
     raise Refusal(f"`{snippet(node)}`: * or ** arguments", node)
   if isinstance(fn, Builtin) and fn.name in ("sum", "min", "max", "any", "all", "list", "sorted"):
     if len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp):
+      if fn.name in ("sum", "min", "max", "any", "all") and not node.keywords:
+        return v.reduce_comprehension(node.args[0], fn.name)
       seq = v.comprehension(node.args[0], "list")
       return _builtin(v, fn.name, [seq], {}, node)
   if (
@@ -413,18 +415,15 @@ def _random(v, name, args, kwargs, node):
     return v.binop(ast.Add, x, rg.lo, node)
   if name == "choice" and len(args) == 1:
     seq = v.read_var(args[0])
-    if isinstance(seq, tuple) and seq and all(isinstance(x, str) for x in seq):
+    if isinstance(seq, tuple) and seq:  # the drawn index, as Python records it
       r = e.temp()
-      e.emit("choice", r, e.table(range(len(seq)), node))
-      return Text([(x,) if x else () for x in seq], r)
-    if isinstance(seq, tuple) and seq and all(isinstance(x, tuple) for x in seq):
-      r = e.temp()
-      e.emit("choice", r, e.table(range(len(seq)), node))
-      return tuple(_pick(v, r, [s[k] for s in seq], node) for k in range(len(seq[0])))
-    if isinstance(seq, tuple) and all(isinstance(x, int) for x in seq) and len(seq) > 0:
-      r = e.temp()
-      e.emit("choice", r, e.table(seq, node))
-      return Int(r)
+      e.emit("rand", r, 0, len(seq) - 1)
+      if all(isinstance(x, str) for x in seq):
+        return Text([(x,) if x else () for x in seq], r)
+      if all(isinstance(x, tuple) for x in seq):
+        return tuple(_pick(v, r, [s[k] for s in seq], node) for k in range(len(seq[0])))
+      if all(isinstance(x, int) for x in seq):
+        return v.const_get(seq, Int(r), node)
     lst = v.as_list(seq, node)
     r = e.temp()
     e.emit("choice", r, lst.reg)
@@ -455,9 +454,7 @@ def _pick(v, idx, options, node):
   if all(isinstance(x, str) for x in options):
     return Text([(x,) if x else () for x in options], idx)
   if all(isinstance(x, int) for x in options):
-    r = v.e.temp()
-    v.e.emit("get", r, v.e.table(options, node), idx)
-    return Int(r)
+    return v.const_get(tuple(options), Int(idx), node)
   raise Refusal(f"`{snippet(node)}`: random choice among mixed tuples", node)
 
 

@@ -170,3 +170,28 @@ def kind_name(v) -> str:
   if isinstance(v, ActionText):
     return "the action text"
   return type(v).__name__
+
+
+def const_get(self, values, idx, node) -> Int:
+  """``values[idx]`` for a constant int tuple of any length and a run-time index in range
+  (tables of ``list_len`` values; longer tuples are split and the chunk selected)."""
+  e, n_cap = self.e, self.e.cfg.list_len
+  i = self.operand(idx, node)
+  r = e.temp()
+  if len(values) <= n_cap:
+    e.emit("get", r, e.table(values, node), i)
+    return Int(r)
+  chunks = [values[k : k + n_cap] for k in range(0, len(values), n_cap)]
+  if len(chunks) > 4:
+    raise Refusal(f"`{snippet(node)}`: a constant list of {len(values)} values", node)
+  t, c = e.temp(), e.temp()
+  e.emit("set", r, 0)
+  for k, chunk in enumerate(chunks):
+    e.emit("sub", t, i, k * n_cap)
+    e.emit("max", t, t, 0)
+    e.emit("min", t, t, len(chunk) - 1)
+    e.emit("get", t, e.table(chunk, node), t)
+    e.emit("div", c, i, n_cap)
+    e.emit("eq", c, c, k)
+    e.emit("sel", r, c, t, r)
+  return Int(r)

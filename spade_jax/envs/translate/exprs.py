@@ -14,6 +14,7 @@ from spade_jax.envs.translate.kinds import (
   Group,
   Info,
   Int,
+  ListLit,
   Lst,
   Match,
   Method,
@@ -88,7 +89,9 @@ def expr_Dict(self, node):
 
 
 def expr_List(self, node):
-  vals = [self.expr(x) for x in node.elts]
+  vals = [self.read_var(self.expr(x)) for x in node.elts]
+  if all(isinstance(v, int | str | float) for v in vals):
+    return ListLit(vals)  # materialised when stored (`store`) or mutated
   r = self.e.temp_list()
   self.e.emit("clear", r)
   for v in vals:
@@ -425,9 +428,7 @@ def expr_Subscript(self, node):
     return base[idx]
   if isinstance(base, tuple):
     if all(isinstance(x, int) and not isinstance(x, bool) for x in base):
-      r = self.e.temp()
-      self.e.emit("get", r, self.e.table(base, node), self.operand(self.as_int(idx, node), node))
-      return Int(r)
+      return self.const_get(base, self.as_int(idx, node), node)
     if all(isinstance(x, str) for x in base):
       i = self.as_int(idx, node)
       sel = self.e.temp()

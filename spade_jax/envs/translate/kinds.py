@@ -42,7 +42,12 @@ class Var:
 
 class It(tuple):
   """An iteration the visitor lowers as a loop: ("range", lo, hi, step), ("list", reg),
-  ("table", t, n), ("digits", reg), ("enumerate", It), ("zip", It, It)."""
+  ("const", values), ("digits", reg), ("enumerate", It), ("zip", It, It)."""
+
+
+class ListLit(tuple):
+  """A list display of constants (``[1, 2, 3]``): constant while only read; a run-time list
+  once stored in a variable or attribute (Python lists are shared and mutable)."""
 
 
 @dataclasses.dataclass(frozen=True)

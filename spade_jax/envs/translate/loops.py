@@ -11,6 +11,7 @@ from spade_jax.envs.translate.kinds import (
   Int,
   It,
   Lst,
+  Milli,
   Range,
   Var,
   is_const,
@@ -27,7 +28,7 @@ def loop(self, target, iter_node, body, node) -> None:
   it = self.iterable(iter_node)
   if not isinstance(it, It):
     if len(it) > MAX_UNROLL and all(isinstance(x, int) for x in it):
-      it = It(("table", self.e.table(it, node), len(it)))
+      it = It(("const", tuple(it)))
     else:
       end = self.e.new_label()
       for x in it:
@@ -43,7 +44,7 @@ def loop(self, target, iter_node, body, node) -> None:
   if kind == "range":
     _, lo, hi, step = it
     count, item = None, None
-  else:  # ("list", reg) | ("table", name, n) | ("zip"/"enumerate", ...)
+  else:  # ("list", reg) | ("const", values) | ("zip"/"enumerate", ...)
     lo, step = 0, 1
     hi = self.length_of(it)
   i = self.e.local()
@@ -72,7 +73,7 @@ def loop(self, target, iter_node, body, node) -> None:
 
 
 def iterable(self, node):
-  """A constant tuple, or ("range", lo, hi, step) / ("list", reg) / ("table", t, n) /
+  """A constant tuple, or ("range", lo, hi, step) / ("list", reg) / ("const", values) /
   ("enumerate", it) / ("zip", it, it) / ("digits", list reg)."""
   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
     name = node.func.id
@@ -118,9 +119,9 @@ def iterable(self, node):
 def seq_iter(self, it, node):
   if not isinstance(it, It):
     if all(isinstance(x, int) for x in it):
-      return It(("table", self.e.table(it, node), len(it)))
+      return It(("const", tuple(it)))
     raise Refusal(f"`{snippet(node)}`: zip of a run-time list with non-int constants", node)
-  if it[0] in ("list", "table", "digits"):
+  if it[0] in ("list", "const", "digits"):
     return it
   if it[0] == "range" and it[3] == 1:
     return it
@@ -133,8 +134,8 @@ def length_of(self, it):
     r = self.e.temp()
     self.e.emit("len", r, it[1])
     return Int(r)
-  if kind == "table":
-    return it[2]
+  if kind == "const":
+    return len(it[1])
   if kind == "range":
     _, lo, hi, step = it
     n = self.binop(ast.Sub, hi, lo, None)
@@ -150,10 +151,12 @@ def item_at(self, it, i: str, node):
   kind = it[0]
   if kind == "range":
     return Int(i)
-  if kind in ("list", "table"):
+  if kind == "list":
     r = self.e.local()
     self.e.emit("get", r, it[1], i)
     return Int(r)
+  if kind == "const":
+    return self.bind_once(self.const_get(it[1], Int(i), node))
   if kind == "digits":
     r = self.e.local()
     self.e.emit("get", r, it[1], i)
@@ -247,6 +250,44 @@ def comprehension(self, node, how):
   self.e.emit("clear", r)
   self._comp_loops(node.generators, lambda: self._push_value(r, node.elt, node), node)
   return Lst(r)
+
+
+def reduce_comprehension(self, node, how: str):
+  """``sum/any/all/min/max`` of a generator as a loop over an accumulator (no list built).
+  ``min``/``max`` of nothing raise in Python: here ``FAULT_INDEX`` (a ``get`` of an empty
+  list), so the check sees the same failure."""
+  e = self.e
+  acc, seen = e.local(), e.local()
+  e.emit("set", acc, {"sum": 0, "any": 0, "all": 1}.get(how, 0))
+  e.emit("set", seen, 0)
+
+  def inner():
+    v = self.read_var(self.expr(node.elt))
+    if how in ("any", "all"):
+      c = self.truth(v, node)
+      c = int(c) if isinstance(c, bool) else c
+      e.emit("ne", seen, c, 0)
+      e.emit("or" if how == "any" else "and", acc, acc, seen)
+      return
+    if isinstance(v, float | Milli):
+      raise Refusal(f"`{snippet(node)}`: {how} of floats over a loop", node)
+    x = self.operand(self.as_int(v, node), node)
+    if how == "sum":
+      e.emit("add", acc, acc, x)
+      return
+    t = e.temp()
+    e.emit(how, t, acc, x)
+    e.emit("sel", acc, seen, t, x)
+    e.emit("set", seen, 1)
+
+  self._comp_loops(node.generators, inner, node)
+  if how in ("min", "max"):  # ValueError on an empty sequence: fault as Python raises
+    ok, empty, t = e.new_label(), e.temp_list(), e.temp()
+    e.emit("jnz", seen, ok)
+    e.emit("clear", empty)
+    e.emit("lmin", t, empty)
+    e.place(ok)
+  return Int(acc, how in ("any", "all"))
 
 
 def _push_value(self, r, elt, node):

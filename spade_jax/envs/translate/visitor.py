@@ -18,6 +18,7 @@ from spade_jax.envs.translate import coerce, exprs, loops
 from spade_jax.envs.translate.kinds import (
   Info,
   Int,
+  ListLit,
   Lst,
   Milli,
   SelfRef,
@@ -270,6 +271,8 @@ class Visitor:
 
   # ------------------------------------------------------------------------------ storing
   def store(self, target, value, node) -> None:
+    if isinstance(value, ListLit) and not isinstance(target, ast.Tuple | ast.List):
+      value = self.as_list(value, node)
     if isinstance(target, ast.Name):
       self.assign_name(target.id, value, node)
     elif isinstance(target, ast.Tuple | ast.List):
@@ -426,6 +429,7 @@ class Visitor:
   expr_ListComp = loops.expr_ListComp
   expr_GeneratorExp = loops.expr_GeneratorExp
   comprehension = loops.comprehension
+  reduce_comprehension = loops.reduce_comprehension
   _push_value = loops._push_value
   _comp_loops = loops._comp_loops
   shadowed = exprs.shadowed
@@ -461,6 +465,7 @@ class Visitor:
   operand = coerce.operand
   milli_operand = coerce.milli_operand
   as_list = coerce.as_list
+  const_get = coerce.const_get
   as_text = coerce.as_text
   slot_copy = coerce.slot_copy
   minmax = coerce.minmax
