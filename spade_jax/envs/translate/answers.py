@@ -9,6 +9,9 @@ first / last choice). Patterns that agree with no grammar are refused with their
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
 import re
 
 from spade_jax.envs.ir.parse import GRAMMARS as _DEVICE_GRAMMARS
@@ -60,3 +63,25 @@ def _int_of_s(s) -> int | str:
     return int(s)
   except ValueError:
     return "not-an-int"
+
+
+@functools.cache
+def reference_parser() -> tuple[str, dict]:
+  """AST dump of the library twins' ``_boxed_ints`` and its two regex constants: a function
+  with exactly this body (and these constants) *is* the device parser (`kinds.AnswerInts`)."""
+  path = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "library", "twins", "guess_number.py"
+  )
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_boxed_ints")
+  consts = {}
+  for n in tree.body:
+    if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
+      if n.targets[0].id in ("_BOXED", "_INTS"):
+        consts[n.targets[0].id] = n.value.args[0].value
+  return function_dump(fn), consts
+
+
+def function_dump(fn: ast.FunctionDef) -> str:
+  return ast.dump(ast.FunctionDef(name="f", args=fn.args, body=fn.body, decorator_list=[]))

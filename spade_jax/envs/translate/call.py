@@ -10,7 +10,10 @@ from spade_jax.envs.translate import texts as tx
 from spade_jax.envs.translate.answers import grammar_of
 from spade_jax.envs.translate.kinds import (
   ActionText,
+  AnswerInts,
+  BoxedIntsParser,
   Builtin,
+  ConstDict,
   Digits,
   Func,
   Group,
@@ -54,6 +57,11 @@ def call(v, node):
     return _builtin(v, fn.name, args, kwargs, node)
   if isinstance(fn, Func):
     return v.inline(fn.node, args, dict(kwargs), node, fn.bound)
+  if isinstance(fn, BoxedIntsParser):
+    if len(args) != 1 or not isinstance(args[0], ActionText):
+      raise Refusal(f"`{snippet(node)}`: the answer parser only parses the step's action", node)
+    v.env.use_grammar(0, True, node)
+    return AnswerInts()
   if isinstance(fn, Method):
     return _method(v, fn, args, kwargs, node)
   if isinstance(fn, tuple) and fn and fn[0] == "module-fn":
@@ -88,7 +96,8 @@ def _builtin(v, name, args, kwargs, node):
       raise Refusal(f"`{snippet(node)}`: {name} of a stepped range", node)
     r = e.temp_list()
     e.emit("range", r, v.operand(rg.lo, node), v.operand(rg.hi, node))
-    args = [Lst(r)] + args[1:]
+    n = len(range(rg.lo, rg.hi)) if isinstance(rg.lo, int) and isinstance(rg.hi, int) else None
+    args = [Lst(r, n)] + args[1:]
     if name in ("list", "tuple", "sorted"):
       return args[0]
   if name == "abs" and len(args) == 1:
@@ -118,7 +127,7 @@ def _builtin(v, name, args, kwargs, node):
     if isinstance(a, Digits):
       return a.value
     if isinstance(a, Int):
-      return a
+      return Int(a.reg)
     if isinstance(a, Milli):
       r = e.temp()
       e.emit("div", r, a.reg, 1000)  # floor; int() truncates toward zero
@@ -185,17 +194,18 @@ def _builtin(v, name, args, kwargs, node):
     lst = v.as_list(args[0], node)
     r = e.temp_list()
     e.emit("sort", r, lst.reg)
+    out = Lst(r, lst.length)
     if rev is True:
       e.emit("rev", r, r)
     elif rev is not False:
       raise Refusal(f"`{snippet(node)}`: reverse chosen at run time", node)
-    return Lst(r)
+    return out
   if name in ("list", "tuple") and len(args) == 1:
     a = args[0]
     if isinstance(a, Lst):
       r = e.temp_list()
       e.emit("copy", r, a.reg)
-      return Lst(r)
+      return Lst(r, a.length)
     raise Refusal(f"`{snippet(node)}`: list() of this value", node)
   if name == "divmod" and len(args) == 2:
     return (v.binop(ast.FloorDiv, args[0], args[1], node), v.binop(ast.Mod, args[0], args[1], node))
@@ -228,6 +238,8 @@ def _method(v, m: Method, args, kwargs, node):
     if obj.many or args not in ([1], [0]):
       raise Refusal(f"`{snippet(node)}`: only group(1) of a match", node)
     return Group(obj.grammar, False)
+  if isinstance(obj, ConstDict) and m.name == "get" and len(args) in (1, 2):
+    return v.dict_get(obj, args[0], node, args[1] if len(args) == 2 else None, True)
   if isinstance(obj, ActionText) and m.name in _IDENTITY_STR:
     return obj
   if isinstance(obj, Group) and m.name in ("strip",):
@@ -438,11 +450,11 @@ def _random(v, name, args, kwargs, node):
         "rsample", r, v.operand(pop.lo, node), v.operand(pop.hi, node),
         v.operand(v.as_int(args[1], node), node),
       )  # fmt: skip
-      return Lst(r)
+      return Lst(r, args[1] if isinstance(args[1], int) else None)
     lst = v.as_list(args[0], node)
     r = e.temp_list()
     e.emit("sample", r, lst.reg, v.operand(v.as_int(args[1], node), node))
-    return Lst(r)
+    return Lst(r, args[1] if isinstance(args[1], int) else None)
   if name == "shuffle" and len(args) == 1:
     lst = v.as_list(args[0], node)
     e.emit("shuffle", lst.reg, lst.reg)

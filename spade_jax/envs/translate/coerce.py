@@ -95,13 +95,13 @@ def as_list(self, v, node) -> Lst:
       self.e.emit("copy", r, self.e.table(v, node))
     else:
       self.e.emit("clear", r)
-    return Lst(r)
+    return Lst(r, len(v))
   if isinstance(v, tuple):
     r = self.e.temp_list()
     self.e.emit("clear", r)
     for x in v:
       self.e.emit("push", r, self.operand(self.as_int(x, node), node))
-    return Lst(r)
+    return Lst(r, len(v))
   raise Refusal(f"`{snippet(node)}`: expected a list of ints, got {kind_name(v)}", node)
 
 

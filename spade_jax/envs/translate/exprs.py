@@ -10,6 +10,7 @@ from spade_jax.envs.translate import texts as tx
 from spade_jax.envs.translate.call import call
 from spade_jax.envs.translate.kinds import (
   Builtin,
+  ConstDict,
   Digits,
   Group,
   Info,
@@ -85,7 +86,43 @@ def expr_Tuple(self, node):
 def expr_Dict(self, node):
   if not node.keys:
     return Info()
-  raise Refusal(f"`{snippet(node)}`: dicts are outside the subset", node)
+  if any(k is None for k in node.keys):
+    raise Refusal(f"`{snippet(node)}`: ** in a dict display", node)
+  keys = tuple(self.read_var(self.expr(k)) for k in node.keys)
+  if not all(isinstance(k, int | str) for k in keys):
+    raise Refusal(f"`{snippet(node)}`: dict keys must be constants", node)
+  return ConstDict(keys, tuple(self.read_var(self.expr(v)) for v in node.values))
+
+
+def dict_get(self, d: ConstDict, key, node, default=None, has_default=False):
+  """``d[key]`` / ``d.get(key, default)``: a constant key picks its value; a run-time key is a
+  selection among the values (a missing key gives ``default``, or faults like KeyError)."""
+  key = self.read_var(key)
+  if is_const(key):
+    if key in d.keys:
+      return d.values[d.keys.index(key)]
+    if has_default:
+      return default
+    raise Refusal(f"`{snippet(node)}` raises KeyError", node)
+  if not all(isinstance(k, int) for k in d.keys):
+    raise Refusal(f"`{snippet(node)}`: run-time lookup by a string key", node)
+  k = self.as_int(key, node)
+  if has_default:
+    out = default
+  else:  # KeyError: the index of an empty list faults
+    empty, miss = self.e.temp_list(), self.e.temp()
+    self.e.emit("clear", empty)
+    hit = self.contains(tuple(d.keys), k, node)
+    done = self.e.new_label()
+    self.e.emit("jnz", hit, done)
+    self.e.emit("lmin", miss, empty)
+    self.e.place(done)
+    out = d.values[-1]
+  for kk, vv in zip(d.keys, d.values, strict=True):
+    c = self.e.temp()
+    self.e.emit("eq", c, self.operand(k, node), kk)
+    out = self.select(c, vv, out, node)
+  return out
 
 
 def expr_List(self, node):
@@ -246,7 +283,15 @@ def power(self, base, exp, mod, node):
 
 def expr_BoolOp(self, node):
   is_and = isinstance(node.op, ast.And)
-  vals = [self.expr(v) for v in node.values]
+  vals = [self.read_var(self.expr(v)) for v in node.values]
+  if (
+    not is_and
+    and len(vals) == 2
+    and isinstance(vals[0], Lst)
+    and isinstance(vals[1], tuple)
+    and not vals[1]
+  ):
+    return Lst(vals[0].reg)  # `xs or []`: an empty list is falsy and the same as []
   if all(is_const(v) for v in vals):
     out = vals[0]
     for v in vals[1:]:
@@ -418,6 +463,8 @@ def expr_Subscript(self, node):
   if isinstance(node.slice, ast.Slice):
     return self.slice(base, node.slice, node)
   idx = self.expr(node.slice)
+  if isinstance(base, ConstDict):
+    return self.dict_get(base, idx, node)
   if isinstance(base, Match) and base.many:
     if idx in (0, -1):
       return Group(base.grammar, idx == -1)

@@ -28,6 +28,20 @@ class Milli:
 @dataclasses.dataclass(frozen=True)
 class Lst:
   reg: str
+  length: int | None = None  # known at compile time (never changed after it was built)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerInts(Lst):
+  """What the library's ``_boxed_ints(action)`` returns: the device parser's own answer (the
+  ints of the last box, ``lguess``; None -- no answer -- when not ``found``)."""
+
+  reg: str = "lguess"
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxedIntsParser:
+  """The library twins' ``_boxed_ints`` (recognised by its exact source)."""
 
 
 @dataclasses.dataclass
@@ -38,6 +52,7 @@ class Var:
   kind: str
   ref: object
   boolean: bool = False
+  length: int | None = None  # a list's compile-time length (attributes assigned once only)
 
 
 class It(tuple):
@@ -121,6 +136,14 @@ class Method:
 @dataclasses.dataclass(frozen=True)
 class SelfRef:
   pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstDict:
+  """A dict display with constant keys (values may be run-time): read by key only."""
+
+  keys: tuple
+  values: tuple
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,52 +24,77 @@ MAX_UNROLL = 16  # constant tuples of other values are unrolled up to this lengt
 
 # ------------------------------------------------------------------------------- loops
 def loop(self, target, iter_node, body, node) -> None:
-  """``for target in iter_node: body()`` as an IR loop (short constant tuples unroll)."""
+  """``for target in iter_node: body()``: unrolled when the trip count is a compile-time
+  constant of at most `MAX_UNROLL` (each item then has a constant index, so texts built in the
+  body stay templates), else an IR loop over an index ``k`` (a counter, a bound read once, a
+  backward jump)."""
   it = self.iterable(iter_node)
   if not isinstance(it, It):
-    if len(it) > MAX_UNROLL and all(isinstance(x, int) for x in it):
-      it = It(("const", tuple(it)))
+    items = tuple(it)
+    if len(items) > MAX_UNROLL and all(isinstance(x, int) for x in items):
+      it = It(("const", items))
     else:
-      end = self.e.new_label()
-      for x in it:
-        cont = self.e.new_label()
-        self.frame.loops.append((cont, end))
-        self.store(target, x, node)
-        body()
-        self.frame.loops.pop()
-        self.e.place(cont)
-      self.e.place(end)
+      _unrolled(self, target, items, body, node)
       return
+  n = static_len(it)
+  if n is not None and n <= MAX_UNROLL:
+    _unrolled(self, target, [lambda k=k: self.item_at(it, k, node) for k in range(n)], body, node)
+    return
+  e = self.e
+  self.dynamic_loops += 1
+  k, bound = e.local(), e.local()
+  e.emit("set", k, 0)
+  with e.statement():
+    e.emit("set", bound, self.operand(self.length_of(it), node))
+  top, cont, end = e.new_label(), e.new_label(), e.new_label()
+  e.place(top)
+  with e.statement():
+    c = e.temp()
+    e.emit("lt", c, k, bound)
+    e.emit("jz", c, end)
+  self.frame.loops.append((cont, end))
+
+  def looped():
+    with e.statement():
+      self.store(target, self.item_at(it, k, node), node)
+    body()
+
+  self.region_block(looped, loop=True)
+  self.frame.loops.pop()
+  e.place(cont)
+  e.emit("add", k, k, 1)
+  e.emit("jmp", top)
+  e.place(end)
+
+
+def _unrolled(self, target, items, body, node) -> None:
+  end = self.e.new_label()
+  for x in items:
+    cont = self.e.new_label()
+    self.frame.loops.append((cont, end))
+    with self.e.statement():
+      self.rebind(target, x() if callable(x) else x, node)
+    body()
+    self.frame.loops.pop()
+    self.e.place(cont)
+  self.e.place(end)
+
+
+def static_len(it) -> int | None:
   kind = it[0]
   if kind == "range":
     _, lo, hi, step = it
-    count, item = None, None
-  else:  # ("list", reg) | ("const", values) | ("zip"/"enumerate", ...)
-    lo, step = 0, 1
-    hi = self.length_of(it)
-  i = self.e.local()
-  self.e.emit("set", i, self.operand(lo, node))
-  hi_op = self.operand(hi, node)
-  if not isinstance(hi_op, int) and not self.e.is_temp(hi_op):
-    pass
-  hi_reg = self.e.local()
-  self.e.emit("set", hi_reg, hi_op)
-  top, cont, end = self.e.new_label(), self.e.new_label(), self.e.new_label()
-  self.e.place(top)
-  c = self.e.temp()
-  self.e.emit("lt" if step > 0 else "gt", c, i, hi_reg)
-  self.e.emit("jz", c, end)
-  count, item = i, self.item_at(it, i, node)
-  self.frame.loops.append((cont, end))
-  with self.e.statement():
-    self.store(target, item, node)
-  body()
-  self.frame.loops.pop()
-  self.e.place(cont)
-  self.e.emit("add", i, i, step)
-  self.e.emit("jmp", top)
-  self.e.place(end)
-  del count
+    return len(range(lo, hi, step)) if isinstance(lo, int) and isinstance(hi, int) else None
+  if kind == "list":
+    return it[2]
+  if kind == "const":
+    return len(it[1])
+  if kind == "enumerate":
+    return static_len(it[1])
+  if kind == "zip":
+    a, b = static_len(it[1]), static_len(it[2])
+    return None if a is None or b is None else min(a, b)
+  return None
 
 
 def iterable(self, node):
@@ -77,11 +102,14 @@ def iterable(self, node):
   ("enumerate", it) / ("zip", it, it) / ("digits", list reg)."""
   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
     name = node.func.id
-    if name == "enumerate" and not self.shadowed(name):
+    if name == "enumerate" and not self.shadowed(name) and len(node.args) in (1, 2):
+      start = self.read_var(self.expr(node.args[1])) if len(node.args) == 2 else 0
+      if not isinstance(start, int):
+        raise Refusal(f"`{snippet(node)}`: enumerate from a run-time start", node)
       inner = self.iterable(node.args[0])
       if not isinstance(inner, It):
-        return tuple(enumerate(inner))
-      return It(("enumerate", inner))
+        return tuple(enumerate(inner, start))
+      return It(("enumerate", inner, start))
     if name == "zip" and not self.shadowed(name) and len(node.args) == 2:
       a, b = (self.iterable(x) for x in node.args)
       if not isinstance(a, It) and not isinstance(b, It):
@@ -93,7 +121,7 @@ def iterable(self, node):
         return tuple(reversed(v))
       r = self.e.temp_list()
       self.e.emit("rev", r, self.as_list(v, node).reg)
-      return It(("list", r))
+      return It(("list", r, self.as_list(v, node).length))
   v = self.read_var(self.expr(node))
   if isinstance(v, Range):
     return It(("range", v.lo, v.hi, v.step))
@@ -104,9 +132,9 @@ def iterable(self, node):
   if isinstance(v, Text) and v.constant is not None:
     return tuple(v.constant)
   if isinstance(v, Lst):
-    return It(("list", v.reg))
+    return It(("list", v.reg, v.length))
   if isinstance(v, Var) and v.kind == "list":
-    return It(("list", v.ref))
+    return It(("list", v.ref, None))
   if isinstance(v, Text) and len(v.alts) == 1 and len(v.alts[0]) == 1:
     slot = v.alts[0][0]
     if isinstance(slot, Slot) and not slot.is_list:  # str(n): its digit characters
@@ -131,6 +159,8 @@ def seq_iter(self, it, node):
 def length_of(self, it):
   kind = it[0]
   if kind in ("list", "digits"):
+    if kind == "list" and it[2] is not None:
+      return it[2]
     r = self.e.temp()
     self.e.emit("len", r, it[1])
     return Int(r)
@@ -138,7 +168,10 @@ def length_of(self, it):
     return len(it[1])
   if kind == "range":
     _, lo, hi, step = it
-    n = self.binop(ast.Sub, hi, lo, None)
+    if step > 0:
+      n = self.binop(ast.FloorDiv, self.binop(ast.Add, self.binop(ast.Sub, hi, lo, None), step - 1, None), step, None)
+    else:
+      n = self.binop(ast.FloorDiv, self.binop(ast.Add, self.binop(ast.Sub, lo, hi, None), -step - 1, None), -step, None)
     return self.minmax("max", [0, n])
   if kind == "enumerate":
     return self.length_of(it[1])
@@ -147,24 +180,27 @@ def length_of(self, it):
   raise AssertionError(kind)
 
 
-def item_at(self, it, i: str, node):
+def item_at(self, it, k, node):
+  """The ``k``-th item (``k`` a register or a constant index)."""
   kind = it[0]
   if kind == "range":
-    return Int(i)
-  if kind == "list":
+    _, lo, hi, step = it
+    if isinstance(k, int):
+      return self.binop(ast.Add, lo, k * step, node)
+    return self.binop(ast.Add, lo, self.binop(ast.Mult, Int(k), step, node), node)
+  if kind in ("list", "digits"):
     r = self.e.local()
-    self.e.emit("get", r, it[1], i)
-    return Int(r)
+    self.e.emit("get", r, it[1], k)
+    return Int(r) if kind == "list" else Digits(Int(r))
   if kind == "const":
-    return self.bind_once(self.const_get(it[1], Int(i), node))
-  if kind == "digits":
-    r = self.e.local()
-    self.e.emit("get", r, it[1], i)
-    return Digits(Int(r))
+    if isinstance(k, int):
+      return it[1][k]
+    return self.bind_once(self.const_get(it[1], Int(k), node))
   if kind == "enumerate":
-    return (Int(i), self.item_at(it[1], i, node))
+    index = it[2] + k if isinstance(k, int) else self.binop(ast.Add, Int(k), it[2], node)
+    return (self.bind_once(index), self.item_at(it[1], k, node))
   if kind == "zip":
-    return (self.item_at(it[1], i, node), self.item_at(it[2], i, node))
+    return (self.item_at(it[1], k, node), self.item_at(it[2], k, node))
   raise AssertionError(kind)
 
 
@@ -175,11 +211,18 @@ def slice(self, base, sl, node):
   if is_const(base) and is_const(lo) and is_const(hi) and is_const(step):
     return base[lo:hi:step]
   lst = self.as_list(base, node)
+  if lst.length is not None and all(isinstance(x, int | type(None)) for x in (lo, hi, step)):
+    idx = range(lst.length)[lo:hi:step]  # a static slice of a static list: unrolled
+    r = self.e.temp_list()
+    self.e.emit("clear", r)
+    for k in idx:
+      self._push_get(r, lst.reg, k)
+    return Lst(r, len(idx))
   if step not in (None, 1):
     if step == -1 and lo is None and hi is None:
       r = self.e.temp_list()
       self.e.emit("rev", r, lst.reg)
-      return Lst(r)
+      return Lst(r, lst.length)
     raise Refusal(f"`{snippet(node)}`: slices with a step", node)
   r = self.e.temp_list()
   if lo in (None, 0):
@@ -248,8 +291,15 @@ def comprehension(self, node, how):
   """A list comprehension / generator as a loop pushing onto a fresh list."""
   r = self.e.local_list()
   self.e.emit("clear", r)
-  self._comp_loops(node.generators, lambda: self._push_value(r, node.elt, node), node)
-  return Lst(r)
+  pushes, dynamic = [0], self.dynamic_loops
+
+  def push():
+    pushes[0] += 1
+    self._push_value(r, node.elt, node)
+
+  self._comp_loops(node.generators, push, node)
+  static = self.dynamic_loops == dynamic and not any(g.ifs for g in node.generators)
+  return Lst(r, pushes[0] if static else None)
 
 
 def reduce_comprehension(self, node, how: str):

@@ -20,10 +20,13 @@ import dataclasses
 from spade_jax.envs.ir.parse import GRAMMAR_NAMES
 from spade_jax.envs.ir.program import ProgramConfig
 from spade_jax.envs.translate import texts as tx
+from spade_jax.envs.translate.answers import function_dump, reference_parser
 from spade_jax.envs.translate.emit import Emitter, template_line
 from spade_jax.envs.translate.kinds import (
   ActionText,
+  BoxedIntsParser,
   Builtin,
+  ConstDict,
   Func,
   Info,
   Int,
@@ -41,6 +44,7 @@ from spade_jax.envs.translate.values import Refusal, snippet
 from spade_jax.envs.translate.visitor import Frame, Visitor
 
 _MODULES = ("random", "re", "math", "string")
+_RESIZERS = frozenset({"append", "extend", "pop", "insert", "remove", "clear"})
 _OUTCOME_WORD = ("go", "stop", "trunc")
 
 
@@ -74,6 +78,7 @@ class EnvLowering:
     except SyntaxError as ex:
       raise Refusal(f"syntax error: {ex.msg}") from None
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Env")]
+    parsers: list[str] = []
     if len(classes) != 1:
       raise Refusal("expected exactly one class whose name ends in 'Env'")
     for n in tree.body:
@@ -89,6 +94,8 @@ class EnvLowering:
           self.globals[a.asname or a.name] = ("module-fn", n.module, a.name)
       elif isinstance(n, ast.FunctionDef):
         self.globals[n.name] = Func(n, False)
+        if function_dump(n) == reference_parser()[0]:
+          parsers.append(n.name)
       elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
         self.globals[n.targets[0].id] = self.const_expr(n.value)
       elif isinstance(n, ast.ClassDef) and n is not classes[0]:
@@ -97,6 +104,10 @@ class EnvLowering:
         pass
       elif not isinstance(n, ast.ClassDef):
         raise Refusal(f"`{snippet(n)}` at module level is outside the subset", n)
+    consts = reference_parser()[1]
+    if all(self.globals.get(k) == Pattern(v) for k, v in consts.items()):
+      for name in parsers:
+        self.globals[name] = BoxedIntsParser()
     cls = classes[0]
     if cls.bases or cls.decorator_list:
       raise Refusal(f"class {cls.name} has base classes or decorators", cls)
@@ -119,6 +130,9 @@ class EnvLowering:
       return node.value
     if isinstance(node, ast.Tuple | ast.List):
       return tuple(self.const_expr(x) for x in node.elts)
+    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+      keys = tuple(self.const_expr(k) for k in node.keys)
+      return ConstDict(keys, tuple(self.const_expr(x) for x in node.values))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
       return -self.const_expr(node.operand)
     if isinstance(node, ast.Name):
@@ -186,16 +200,18 @@ class EnvLowering:
           except Refusal:
             continue  # set again by reset before use, or refused when read
           for t in targets:
-            if (
-              isinstance(t, ast.Attribute)
-              and isinstance(t.value, ast.Name)
-              and t.value.id == "self"
-            ):
-              self.static[t.attr] = value
+            self._init_store(t, value)
           continue
         raise Refusal(f"`{snippet(s)}` in __init__ is outside the subset", s)
     finally:
       self.globals = saved
+
+  def _init_store(self, t, value) -> None:
+    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+      self.static[t.attr] = value
+    elif isinstance(t, ast.Tuple) and isinstance(value, tuple) and len(value) == len(t.elts):
+      for x, y in zip(t.elts, value, strict=True):
+        self._init_store(x, y)
 
   # ------------------------------------------------------------------------- attributes
   def written_attrs(self) -> set[str]:
@@ -213,6 +229,23 @@ class EnvLowering:
             if f.value.value.id == "self":
               out.add(f.value.attr)  # self.x.append(...)
     return out
+
+  def scan_attrs(self) -> None:
+    """How often each ``self.x`` is assigned outside ``__init__``, and which lists are resized
+    (their compile-time length is kept only when assigned once and never resized)."""
+    self.stores: dict[str, int] = {}
+    self.resized: set[str] = set()
+    for name, fdef in self.methods.items():
+      if name == "__init__":
+        continue
+      for n in ast.walk(fdef):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+          self.stores[n.attr] = self.stores.get(n.attr, 0) + 1
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Attribute):
+          self.stores[n.target.attr] = self.stores.get(n.target.attr, 0) + 1
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+          if n.func.attr in _RESIZERS and isinstance(n.func.value, ast.Attribute):
+            self.resized.add(n.func.value.attr)
 
   def read_attr(self, name: str, node, v: Visitor):
     if name in self.homes:
@@ -233,6 +266,8 @@ class EnvLowering:
         if self.static[name] == value and name not in self.mutable:
           return
       self.homes[name] = v.new_var(value, node, home=True)
+      if isinstance(value, Lst) and self.stores.get(name) == 1 and name not in self.resized:
+        self.homes[name].length = value.length
     var = self.homes[name]
     if var.kind == "const":
       if value != var.ref:
@@ -289,6 +324,7 @@ class EnvLowering:
     self.load()
     self.init()
     self.mutable = self.written_attrs()
+    self.scan_attrs()
     e, v = self.e, self.v
     # reset
     e.begin("reset")
@@ -325,7 +361,8 @@ class EnvLowering:
     lines.append(f"answer {answer}")
     if self.grammar is not None:
       g, last = self.grammar
-      lines.append(f"parse {GRAMMAR_NAMES[g]} {'last' if last else 'first'}")
+      if g:
+        lines.append(f"parse {GRAMMAR_NAMES[g]} {'last' if last else 'first'}")
     if obs_sel is not None:
       lines.append(f"obssel {obs_sel}")
     for alt in obs.alts:
@@ -350,6 +387,9 @@ class EnvLowering:
     with self.e.statement():
       value = v.read_var(self.call_method("solution", [], fdef))
       t = v.as_text(value, fdef)
+      if len(t.alts) == 1 and len(t.alts[0]) == 3 and t.alts[0][0] == "\\boxed{":
+        if t.alts[0][2] == "}":  # "\boxed{X}": the validator boxes it once, the answer is X
+          t = Text([t.alts[0][1:2]], None)
       if len(t.alts) != 1 or len(t.alts[0]) != 1 or not isinstance(t.alts[0][0], Slot):
         raise Refusal("solution() must return one int or one ', '-joined int list", fdef)
       slot = t.alts[0][0]

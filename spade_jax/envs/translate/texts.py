@@ -91,13 +91,23 @@ def select(cond, a: Text, b: Text, e, node=None) -> Text:
 
 
 class TextVar:
-  """A text local or attribute: one selector register, alternatives added per assignment."""
+  """A text local or attribute: one selector register, alternatives added per assignment.
 
-  def __init__(self, sel: str):
+  ``chain`` is the visitor's region chain (`visitor.Visitor.regions`) where the variable was
+  last assigned unconditionally: an assignment in that region or an enclosing one replaces the
+  alternatives (nothing assigned before can still be read after it), one in a nested region
+  adds to them. Attributes (``home``) always add: another call may read the old ones."""
+
+  def __init__(self, sel: str, chain: tuple = (), home: bool = False):
     self.sel = sel
     self.alts: list = []
+    self.chain, self.home = chain, home
 
-  def assign(self, t: Text, e) -> None:
+  def assign(self, t: Text, e, chain: tuple = ()) -> None:
+    if not self.home and self.alts and chain == self.chain[: len(chain)]:
+      self.alts = []
+    if not self.home and chain == self.chain[: len(chain)]:
+      self.chain = chain
     offset = len(self.alts)
     self.alts.extend(t.alts)
     if len(self.alts) > MAX_ALTERNATIVES:

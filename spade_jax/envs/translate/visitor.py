@@ -16,6 +16,7 @@ import ast
 
 from spade_jax.envs.translate import coerce, exprs, loops
 from spade_jax.envs.translate.kinds import (
+  Digits,
   Info,
   Int,
   ListLit,
@@ -56,10 +57,13 @@ class Frame:
     self.direct = None  # the value of a single trailing return
     self.loops: list[tuple[str, str]] = []  # (continue label, break label)
     self.multi: set[str] = set()  # names assigned more than once or in a loop
+    self.resized: set[str] = set()  # list names whose length changes (append, pop ...)
+    self.sites: dict[str, int] = {}  # assignment sites per name
 
 
-def _assigned_names(body) -> tuple[set[str], set[str]]:
-  """(names assigned exactly once outside loops, names assigned otherwise)."""
+def _assigned_names(body) -> tuple[set[str], set[str], dict[str, int]]:
+  """(names assigned exactly once outside loops, names assigned otherwise, assignment sites
+  per name)."""
   counts: dict[str, int] = {}
   multi: set[str] = set()
 
@@ -103,7 +107,7 @@ def _assigned_names(body) -> tuple[set[str], set[str]]:
 
   walk(body, False, False)
   multi |= {n for n, c in counts.items() if c > 1}
-  return set(counts) - multi, multi
+  return set(counts) - multi, multi, counts
 
 
 class Visitor:
@@ -114,6 +118,9 @@ class Visitor:
     self.env = env
     self.e = env.e
     self.frames: list[Frame] = []
+    self.regions = [0]  # the chain of run-time branch / loop bodies being lowered
+    self._region_ids = 0
+    self.dynamic_loops = 0  # IR loops emitted so far (a comprehension inside one has no static length)
 
   @property
   def frame(self) -> Frame:
@@ -127,8 +134,16 @@ class Visitor:
     if fdef.decorator_list:
       raise Refusal(f"function {fdef.name} has decorators", fdef)
     frame = Frame(fdef.name, self.e.new_label())
-    once, multi = _assigned_names(fdef.body)
+    once, multi, frame.sites = _assigned_names(fdef.body)
     frame.multi = multi
+    frame.resized = {
+      n.func.value.id
+      for n in ast.walk(fdef)
+      if isinstance(n, ast.Call)
+      and isinstance(n.func, ast.Attribute)
+      and isinstance(n.func.value, ast.Name)
+      and n.func.attr in ("append", "extend", "pop", "insert", "remove", "clear")
+    }
     a = fdef.args
     if a.vararg or a.kwonlyargs or a.posonlyargs:
       raise Refusal(f"function {fdef.name}: only plain parameters are translated", fdef)
@@ -222,12 +237,21 @@ class Visitor:
       return
     other, end = self.e.new_label(), self.e.new_label()
     self.e.emit("jz", c, other if s.orelse else end)
-    self.block(s.body)
+    self.region_block(s.body)
     if s.orelse:
       self.e.emit("jmp", end)
       self.e.place(other)
-      self.block(s.orelse)
+      self.region_block(s.orelse)
     self.e.place(end)
+
+  def region_block(self, stmts, loop: bool = False) -> None:
+    """Statements that run only under a run-time condition (or repeatedly: ``loop``)."""
+    self._region_ids += 1
+    self.regions.append(-self._region_ids if loop else self._region_ids)
+    try:
+      self.block(stmts) if isinstance(stmts, list) else stmts()
+    finally:
+      self.regions.pop()
 
   def stmt_While(self, s):
     if s.orelse:
@@ -241,7 +265,8 @@ class Visitor:
       elif c is not True:
         self.e.emit("jz", c, end)
     self.frame.loops.append((top, end))
-    self.block(s.body)
+    self.dynamic_loops += 1
+    self.region_block(s.body, loop=True)
     self.frame.loops.pop()
     self.e.emit("jmp", top)
     self.e.place(end)
@@ -270,6 +295,19 @@ class Visitor:
     self.loop(s.target, s.iter, lambda: self.block(s.body), s)
 
   # ------------------------------------------------------------------------------ storing
+  def rebind(self, target, value, node) -> None:
+    """An unrolled loop's target: a name assigned nowhere else takes each item as it is (a
+    constant index stays a constant)."""
+    if isinstance(target, ast.Name) and self.frame.sites.get(target.id) == 1:
+      self.frame.names[target.id] = self.bind_once(self.read_var(value))
+    elif isinstance(target, ast.Tuple) and isinstance(value, tuple) and len(value) == len(
+      target.elts
+    ):
+      for t, v in zip(target.elts, value, strict=True):
+        self.rebind(t, v, node)
+    else:
+      self.store(target, value, node)
+
   def store(self, target, value, node) -> None:
     if isinstance(value, ListLit) and not isinstance(target, ast.Tuple | ast.List):
       value = self.as_list(value, node)
@@ -278,6 +316,14 @@ class Visitor:
     elif isinstance(target, ast.Tuple | ast.List):
       if isinstance(value, Var) and value.kind == "tuple":
         value = self.read_var(value)
+      value = self.read_var(value)
+      if isinstance(value, Lst) and value.length == len(target.elts):
+        items = []
+        for k in range(value.length):
+          r = self.e.temp()
+          self.e.emit("get", r, value.reg, k)
+          items.append(Int(r))
+        value = tuple(items)
       if not isinstance(value, tuple) or len(value) != len(target.elts):
         raise Refusal(f"`{snippet(node)}`: cannot unpack this value", node)
       # evaluate all first (a, b = b, a): copy run-time ints
@@ -316,6 +362,9 @@ class Visitor:
       self.write_var(cur, value, node)
       return
     if name not in f.multi:
+      value = self.read_var(value)
+      if isinstance(value, Lst) and name in f.resized:
+        value = Lst(value.reg, None)
       f.names[name] = self.bind_once(value)
       return
     var = self.new_var(value, node)
@@ -354,6 +403,8 @@ class Visitor:
     reg = e.regs.home if home else e.local
     if isinstance(value, Var):
       value = self.read_var(value)
+    if isinstance(value, Digits):
+      value = value.value
     if isinstance(value, bool) or (isinstance(value, Int) and value.boolean):
       return Var("int", reg(), boolean=True)
     if isinstance(value, int | Int):
@@ -363,7 +414,7 @@ class Visitor:
     if isinstance(value, Lst):
       return Var("list", e.lists.home() if home else e.local_list())
     if isinstance(value, str | Text):
-      return Var("text", TextVar(reg()))
+      return Var("text", TextVar(reg(), tuple(self.regions), home))
     if isinstance(value, tuple) and not is_const(value):
       return Var("tuple", tuple(self.new_var(v, node, home) for v in value))
     if is_const(value) or isinstance(value, Info):
@@ -374,6 +425,8 @@ class Visitor:
     e = self.e
     if isinstance(value, Var):
       value = self.read_var(value)
+    if isinstance(value, Digits):
+      value = value.value
     if var.kind == "int":
       if isinstance(value, float | Milli):
         raise Refusal(f"`{snippet(node)}`: a variable holds an int and a float", node)
@@ -386,9 +439,18 @@ class Visitor:
         e.emit("copy", var.ref, lst.reg)
     elif var.kind == "text":
       t = self.as_text(value, node)
+      common = 0
+      while common < min(len(var.ref.chain), len(self.regions)) and (
+        var.ref.chain[common] == self.regions[common]
+      ):
+        common += 1
+      if any(r < 0 for r in self.regions[common:]) or (
+        var.ref.home and any(r < 0 for r in self.regions)
+      ):
+        raise Refusal(f"`{snippet(node)}`: a text assigned again in a run-time loop", node)
       if home:
         t = self.env.home_text(t)
-      var.ref.assign(t, e)
+      var.ref.assign(t, e, tuple(self.regions))
     elif var.kind == "tuple":
       if not isinstance(value, tuple) or len(value) != len(var.ref):
         raise Refusal(f"`{snippet(node)}`: returns tuples of different shapes", node)
@@ -408,7 +470,7 @@ class Visitor:
     if var.kind == "milli":
       return Milli(var.ref)
     if var.kind == "list":
-      return Lst(var.ref)
+      return Lst(var.ref, var.length)
     if var.kind == "text":
       return var.ref.value()
     if var.kind == "tuple":
@@ -450,6 +512,7 @@ class Visitor:
   expr_BoolOp = exprs.expr_BoolOp
   expr_Compare = exprs.expr_Compare
   compare = exprs.compare
+  dict_get = exprs.dict_get
   text_compare = exprs.text_compare
   _or = exprs._or
   negate = exprs.negate
