@@ -39,7 +39,10 @@ Python except for equality with the two extreme values. Results are indexed
 ``alt_index(g, last) = 2 * (g - 1) + last`` in ``Action.alt_found`` / ``Action.alt_value`` [8].
 The extra per-candidate state is one flag (whitespace seen); a closing brace derives the four
 grammar matches from the content DFA (digits/after state, no comma, sign, whitespace) and
-latches first/last values, a few [8]-vector selects per byte class.
+latches first/last values, a few [8]-vector selects per byte class (CPU, 256 x 256 SmolLM2
+tokens: 38 -> 48 ms). The token reductions stay sound: a run containing an "other" byte kills
+the content for every grammar, a whitespace run sets the flag once whatever its length, and a
+repeated sign or comma already rules out a single int.
 """
 
 from __future__ import annotations
@@ -236,19 +239,26 @@ def parse_init(max_items: int) -> ParseState:
   return ParseState(z, f, z, f, jnp.uint32(0), f, z, zi, f, z, zi, f, alt_f, alt_v)
 
 
+# Which alt results a box satisfying the content DFA as one int matches, by (ws seen, negative):
+# grammars 1 -?d+, 2 d+, 3 s*-?d+s*, 4 s*d+s* each twice (first, last). A table lookup is ~3x
+# cheaper per byte class on CPU than building the mask from the flags.
+_ALT_OK = np.array(
+  [[not ws, not (ws or neg), True, not neg] for ws in (0, 1) for neg in (0, 1)], bool
+).repeat(2, axis=1)
+_ALT_IS_LAST = np.arange(N_ALT) % 2 == 1
+
+
 def _latch(st: ParseState, commit) -> tuple[jnp.ndarray, jnp.ndarray]:
   """``alt_found/alt_value`` after a closing brace (``commit``) of the current candidate."""
   single = commit & ((st.cs == S_DIGITS) | (st.cs == S_AFTER)) & (st.count == 0)
-  ok = single & jnp.stack([~st.ws, ~st.ws & ~st.neg, jnp.bool_(True), ~st.neg])  # grammars 1..4
+  ok = single & jnp.asarray(_ALT_OK)[st.ws.astype(jnp.int32) * 2 + st.neg.astype(jnp.int32)]
   ovf = st.bad | (~st.neg & (st.mag > jnp.uint32(INT32_MAX)))
   signed = jax.lax.bitcast_convert_type(
     jnp.where(st.neg, jnp.uint32(0) - st.mag, st.mag), jnp.int32
   )
   val = jnp.where(ovf, jnp.where(st.neg, INT32_MIN, INT32_MAX), signed).astype(jnp.int32)
-  ok2 = jnp.repeat(ok, 2)  # [N_ALT]: (g, first), (g, last)
-  is_last = jnp.arange(N_ALT) % 2 == 1
-  take = ok2 & (is_last | ~st.alt_found)
-  return st.alt_found | ok2, jnp.where(take, val, st.alt_value)
+  take = ok & (_ALT_IS_LAST | ~st.alt_found)
+  return st.alt_found | ok, jnp.where(take, val, st.alt_value)
 
 
 def _push(st: ParseState) -> ParseState:
