@@ -9,6 +9,7 @@ import ast
 from spade_jax.envs.translate import texts as tx
 from spade_jax.envs.translate.call import call
 from spade_jax.envs.translate.kinds import (
+  AnswerInts,
   Builtin,
   ConstDict,
   Digits,
@@ -340,8 +341,8 @@ def compare(self, op, a, b, node):
   if isinstance(op, ast.Is | ast.IsNot):
     if b is not None:
       raise Refusal(f"`{snippet(node)}`: `is` only with None", node)
-    if isinstance(a, Match):
-      c = self.match_found(a, node)
+    if isinstance(a, Match | AnswerInts):
+      c = "found" if isinstance(a, AnswerInts) else self.match_found(a, node)
       return c if isinstance(op, ast.IsNot) else self.negate(c)
     if a is None:
       return isinstance(op, ast.Is)

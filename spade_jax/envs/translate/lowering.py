@@ -368,7 +368,8 @@ class EnvLowering:
     for alt in obs.alts:
       lines.append(template_line("obs", alt or ("",)))
     lines += cases
-    return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, {"reference"}, len(cases))
+    parse = {"reference"} if self.grammar is None or self.grammar[0] == 0 else {"regex"}
+    return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, parse, len(cases))
 
   def as_top_text(self, value, node) -> Text:
     t = self.v.as_text(value, node)
@@ -423,19 +424,22 @@ class EnvLowering:
           o for o in (0, 1, 2) if (o != 1 or d is not False) and (o != 2 or t is not False)
         ]
       lines = []
-      single = len(fb.alts) == 1 and len(outcomes) == 1
+      pairs = [(k, o) for k in range(len(fb.alts)) for o in outcomes]
+      records = fb.origin.outcomes if isinstance(fb.origin, tx.TextVar) else []
+      if records and records[-1][1] == len(fb.alts) and records[0][0] == 0:
+        seen = {(k, o) for a, b, outs in records for k in range(a, b) for o in outs}
+        pairs = [p for p in pairs if p in seen]
+      single = len(pairs) == 1
       if not single:
         cid = e.local()
         e.emit("mul", cid, sel, 3)
         e.emit("add", cid, cid, st)
-      for k, alt in enumerate(fb.alts):
-        for o in outcomes:
-          if single:
-            pred = 1
-          else:
-            pred = e.local()
-            e.emit("eq", pred, cid, 3 * k + o)
-          lines.append(template_line(f"case {pred} {rew} {_OUTCOME_WORD[o]}", alt or ("",)))
+      for k, o in pairs:
+        pred = 1
+        if not single:
+          pred = e.local()
+          e.emit("eq", pred, cid, 3 * k + o)
+        lines.append(template_line(f"case {pred} {rew} {_OUTCOME_WORD[o]}", fb.alts[k] or ("",)))
     if len(lines) > self.cfg.n_cases:
       raise Refusal(
         f"step() has {len(lines)} (feedback, outcome) cases, the interpreter holds "

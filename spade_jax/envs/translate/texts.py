@@ -31,6 +31,7 @@ class Slot:
 class Text:
   alts: list  # [tuple[str | Slot, ...]]
   sel: str | int | None = None  # register (or constant index) choosing the alternative
+  origin: object = None  # the `TextVar` this value was read from
 
   @staticmethod
   def of(*items) -> Text:
@@ -102,6 +103,9 @@ class TextVar:
     self.sel = sel
     self.alts: list = []
     self.chain, self.home = chain, home
+    # (first, end, outcomes): alternatives first..end-1 were assigned together with a step
+    # outcome in `outcomes` (0 go, 1 terminated, 2 truncated); see lowering.cases
+    self.outcomes: list[tuple[int, int, tuple[int, ...]]] = []
 
   def assign(self, t: Text, e, chain: tuple = ()) -> None:
     if not self.home and self.alts and chain == self.chain[: len(chain)]:
@@ -118,4 +122,4 @@ class TextVar:
       e.emit("add", self.sel, t.sel, offset)
 
   def value(self) -> Text:
-    return Text(self.alts, self.sel if len(self.alts) > 1 else None)
+    return Text(self.alts, self.sel if len(self.alts) > 1 else None, self)

@@ -110,6 +110,23 @@ def _assigned_names(body) -> tuple[set[str], set[str], dict[str, int]]:
   return set(counts) - multi, multi, counts
 
 
+def outcomes(done, trunc) -> tuple[int, ...]:
+  """The step outcomes (0 go, 1 terminated, 2 truncated) a (done, truncated) pair allows
+  (each a compile-time bool / int or a run-time value)."""
+  const = lambda x: isinstance(x, bool | int) and not isinstance(x, Int)
+  ds = (1,) if const(done) and done else (0,) if const(done) else (0, 1)
+  ts = (1,) if const(trunc) and trunc else (0,) if const(trunc) else (0, 1)
+  return tuple(sorted({1 if d else (2 if t else 0) for d in ds for t in ts}))
+
+
+def _merge_only(var) -> None:
+  if isinstance(var, Var) and var.kind == "text":
+    var.ref.home = True
+  elif isinstance(var, Var) and var.kind == "tuple":
+    for v in var.ref:
+      _merge_only(v)
+
+
 class Visitor:
   """Lowers method bodies. ``env`` is the `lowering.EnvLowering` that owns the attributes,
   module names, the answer grammar and the emitter."""
@@ -286,6 +303,7 @@ class Visitor:
     f = self.frame
     if f.result is None:
       f.result = self.new_var(value, s)
+      _merge_only(f.result)  # returns meet at the call's end: their texts add up
     self.write_var(f.result, value, s)
     self.e.emit("jmp", f.end)
 
@@ -454,8 +472,12 @@ class Visitor:
     elif var.kind == "tuple":
       if not isinstance(value, tuple) or len(value) != len(var.ref):
         raise Refusal(f"`{snippet(node)}`: returns tuples of different shapes", node)
+      fb = var.ref[0].ref if len(value) >= 4 and var.ref[0].kind == "text" else None
+      first = len(fb.alts) if fb is not None else 0
       for sub, v in zip(var.ref, value, strict=True):
         self.write_var(sub, v, node, home)
+      if fb is not None:
+        fb.outcomes.append((first, len(fb.alts), outcomes(value[2], value[3])))
     elif var.kind == "const":
       if not (value == var.ref or (isinstance(value, Info) and isinstance(var.ref, Info))):
         raise Refusal(f"`{snippet(node)}`: a variable holds values of different kinds", node)
