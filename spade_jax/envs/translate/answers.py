@@ -57,6 +57,23 @@ def grammar_of(pattern: str) -> int | None:
   return None
 
 
+_WS = r"(?:\\s\*|\\s\?| \*| \?)?"
+_INT_GROUP = r"\((?:-\?|\\-\?|\[-\]\?)(?:\\d\+|\[0-9\]\+)\)"
+_LIST_RE = re.compile(
+  r"\\\\boxed\\?\{" + _WS + _INT_GROUP + "(?:" + _WS + "," + _WS + _INT_GROUP + ")+" + _WS
+  + r"\\?\}"
+)  # fmt: skip
+
+
+def list_groups(pattern: str) -> int | None:
+  """``k >= 2`` for a ``\\boxed{a, b, ...}`` pattern of ``k`` signed int groups separated by
+  commas (optional spaces), else None. Its matches are read from the device parser's int list
+  (the last box; `pipeline.APPROXIMATE_PARSE` says where that differs)."""
+  if not isinstance(pattern, str) or not _LIST_RE.fullmatch(pattern):
+    return None
+  return len(re.findall(_INT_GROUP, pattern))
+
+
 def _int_of_s(s) -> int | str:
   s = s[0] if isinstance(s, tuple) else s
   try:

@@ -7,7 +7,7 @@ import ast
 import builtins as py_builtins
 
 from spade_jax.envs.translate import texts as tx
-from spade_jax.envs.translate.answers import grammar_of
+from spade_jax.envs.translate.answers import grammar_of, list_groups
 from spade_jax.envs.translate.kinds import (
   ActionText,
   AnswerInts,
@@ -73,6 +73,7 @@ def call(v, node):
 def _builtin(v, name, args, kwargs, node):
   e = v.e
   args = [v.read_var(a) for a in args]
+  args = [a.keys if isinstance(a, ConstDict) and name != "len" else a for a in args]
   if kwargs and name not in ("sorted", "max", "min", "round"):
     raise Refusal(f"`{snippet(node)}`: keyword arguments", node)
   if all(is_const(a) for a in args) and name in (
@@ -123,6 +124,10 @@ def _builtin(v, name, args, kwargs, node):
     a = args[0]
     if isinstance(a, Group):
       v.env.use_grammar(a.grammar, a.last, node)
+      if a.grammar == 0:
+        r = e.temp()
+        e.emit("get", r, "lguess", a.index)
+        return Int(r)
       return Int("guess")
     if isinstance(a, Digits):
       return a.value
@@ -234,8 +239,14 @@ def _method(v, m: Method, args, kwargs, node):
     return _random(v, m.name, args, kwargs, node)
   if isinstance(obj, Pattern):
     return _re(v, m.name, [obj.text, *args], node)
-  if isinstance(obj, Match) and m.name == "group":
-    if obj.many or args not in ([1], [0]):
+  if isinstance(obj, Match) and m.name == "groups" and not args and obj.groups > 1:
+    v.env.use_grammar(0, True, node)
+    return tuple(Group(0, True, i) for i in range(obj.groups))
+  if isinstance(obj, Match) and m.name == "group" and not obj.many:
+    if obj.groups > 1 and len(args) == 1 and isinstance(args[0], int) and 1 <= args[0] <= obj.groups:
+      v.env.use_grammar(0, True, node)
+      return Group(0, True, args[0] - 1)
+    if args not in ([1], [0]) or obj.groups > 1:
       raise Refusal(f"`{snippet(node)}`: only group(1) of a match", node)
     return Group(obj.grammar, False)
   if isinstance(obj, ConstDict) and m.name == "get" and len(args) in (1, 2):
@@ -427,6 +438,8 @@ def _random(v, name, args, kwargs, node):
     return v.binop(ast.Add, x, rg.lo, node)
   if name == "choice" and len(args) == 1:
     seq = v.read_var(args[0])
+    if isinstance(seq, str):
+      seq = tuple(seq)
     if isinstance(seq, tuple) and seq:  # the drawn index, as Python records it
       r = e.temp()
       e.emit("rand", r, 0, len(seq) - 1)
@@ -459,7 +472,7 @@ def _random(v, name, args, kwargs, node):
     lst = v.as_list(args[0], node)
     e.emit("shuffle", lst.reg, lst.reg)
     return None
-  raise Refusal(f"`random.{name}` is outside the translatable subset", node)
+  raise Refusal(f"random.{name} is outside the translatable subset", node)
 
 
 def _pick(v, idx, options, node):
@@ -484,6 +497,10 @@ def _re(v, name, args, node):
   if name in ("match", "fullmatch"):
     raise Refusal(f"`re.{name}` on the action (only search / findall of a \\boxed{{}})", node)
   g = grammar_of(pattern) if isinstance(pattern, str) else None
+  k = list_groups(pattern) if g is None else None
+  if k is not None:
+    v.env.use_grammar(0, True, node)
+    return Match(0, name == "findall", k)
   if g is None:
     raise Refusal(
       f"regular expression {pattern!r} is not a recognised \\boxed{{}} single-int answer", node

@@ -155,7 +155,11 @@ def minmax(self, name, vals):
 
 def match_found(self, m: Match, node) -> str:
   self.env.use_grammar(m.grammar, None, node)
-  return "found"
+  if m.groups == 1:
+    return "found"
+  r = self.e.temp()
+  self.e.emit("eq", r, "nguess", m.groups)  # nguess is 0 when nothing was found
+  return r
 
 
 def kind_name(v) -> str:

@@ -468,6 +468,9 @@ def expr_Subscript(self, node):
     return self.dict_get(base, idx, node)
   if isinstance(base, Match) and base.many:
     if idx in (0, -1):
+      if base.groups > 1:
+        self.env.use_grammar(0, True, node)
+        return tuple(Group(0, True, i) for i in range(base.groups))
       return Group(base.grammar, idx == -1)
     raise Refusal(f"`{snippet(node)}`: only the first or last match", node)
   if isinstance(base, tuple) and isinstance(idx, int):

@@ -105,12 +105,14 @@ class Match:
 
   grammar: int
   many: bool  # findall
+  groups: int = 1  # > 1: a comma list of ints (grammar 0, the device's int list)
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
   grammar: int
   last: bool
+  index: int = 0  # which int of a comma-list match
 
 
 @dataclasses.dataclass(frozen=True)

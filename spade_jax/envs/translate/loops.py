@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from spade_jax.envs.translate.kinds import (
+  ConstDict,
   Digits,
   Int,
   It,
@@ -123,6 +124,8 @@ def iterable(self, node):
       self.e.emit("rev", r, self.as_list(v, node).reg)
       return It(("list", r, self.as_list(v, node).length))
   v = self.read_var(self.expr(node))
+  if isinstance(v, ConstDict):
+    return v.keys
   if isinstance(v, Range):
     return It(("range", v.lo, v.hi, v.step))
   if isinstance(v, tuple):

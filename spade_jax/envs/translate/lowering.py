@@ -79,6 +79,8 @@ class EnvLowering:
       raise Refusal(f"syntax error: {ex.msg}") from None
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Env")]
     parsers: list[str] = []
+    if len(classes) == 1 and (classes[0].bases or classes[0].decorator_list):
+      raise Refusal(f"class {classes[0].name} has base classes or decorators", classes[0])
     if len(classes) != 1:
       raise Refusal("expected exactly one class whose name ends in 'Env'")
     for n in tree.body:
@@ -391,13 +393,28 @@ class EnvLowering:
       if len(t.alts) == 1 and len(t.alts[0]) == 3 and t.alts[0][0] == "\\boxed{":
         if t.alts[0][2] == "}":  # "\boxed{X}": the validator boxes it once, the answer is X
           t = Text([t.alts[0][1:2]], None)
-      if len(t.alts) != 1 or len(t.alts[0]) != 1 or not isinstance(t.alts[0][0], Slot):
-        raise Refusal("solution() must return one int or one ', '-joined int list", fdef)
-      slot = t.alts[0][0]
+      ret = next((n for n in ast.walk(fdef) if isinstance(n, ast.Return)), fdef)
+      items = t.alts[0] if len(t.alts) == 1 else ()
+      ints = items[::2]
+      if (
+        len(items) > 1
+        and all(isinstance(x, Slot) and not x.is_list for x in ints)
+        and all(x == ", " for x in items[1::2])
+      ):  # "a, b, c" of several ints: a list answer
+        r = self.e.temp_list()
+        self.e.emit("clear", r)
+        for x in ints:
+          self.e.emit("push", r, x.name)
+        items = (Slot(r),)
+      if len(items) != 1 or not isinstance(items[0], Slot):
+        raise Refusal(
+          "solution() must return ints: one int, or ints joined by ', ' (this returns text)", ret
+        )
+      slot = items[0]
       if not hasattr(self, "_answer"):
         self._answer = self.e.lists.home() if slot.is_list else self.e.regs.home()
       if slot.is_list != self._answer.startswith("l"):
-        raise Refusal("solution() returns an int and a list", fdef)
+        raise Refusal("solution() returns an int and a list", ret)
       self.e.emit("copy" if slot.is_list else "set", self._answer, slot.name)
     return self._answer
 
