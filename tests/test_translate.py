@@ -23,10 +23,9 @@ from spade_jax.envs.sandbox import check
 from spade_jax.envs.sandbox import policy as sandbox_policy
 from spade_jax.envs.sandbox.pool import SandboxPool
 from spade_jax.envs.sandbox.validate import repair_fstrings
-from spade_jax.envs.translate import calls as translate_calls
-from spade_jax.envs.translate import ops as translate_ops
-from spade_jax.envs.translate import program as translate_program
+from spade_jax.envs.translate import lowering as translate_lowering
 from spade_jax.envs.translate.check import PROBE_CLASS, probe_source
+from spade_jax.envs.translate.emit import Emitter
 from spade_jax.envs.translate.pipeline import ByteTokenizer, translate, translate_and_check
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs" / "valid"
@@ -70,23 +69,24 @@ def test_every_library_twin_at_every_level_translates_and_matches(pool):
 def test_translatable_fixtures_pass_the_check(pool, name):
   out = run(fixture(name), pool)
   assert out["translated"], out["translation_reason"]
-  assert out["answer_parse"].startswith("approximate")  # re.findall answers
+  assert out["answer_parse"].startswith("approximate")  # regex answers (non-ASCII digits ...)
 
 
-def test_v04_sample_from_59_values_is_refused_with_its_line():
-  reason = refusal(fixture("v04"))
-  assert reason.startswith("line 15: `random.sample(range(1, 60), 5)`")
-  assert "population of 59 values exceeds the interpreter's list capacity 12" in reason
+def test_v04_sample_from_a_range_of_59_values_translates(pool):
+  """`random.sample(range(1, 60), 5)` is `rsample` (the population is never listed)."""
+  out = run(fixture("v04"), pool, seeds=16)
+  assert out["translated"], out["translation_reason"]
+  assert "rsample" in out["assembly"]
 
 
 @pytest.mark.parametrize(
   "name, line, construct",
   [
-    ("v10", 17, "random choice among non-int values"),
-    ("v11", 15, "random choice among non-int values"),
-    ("v12", 16, "`sorted(self.PRICES)` is not a list of ints"),
+    ("v10", 18, "expected an int, got text"),  # letters kept in a run-time list
+    ("v11", 15, "expected an int, got text"),
+    ("v12", 16, "expected an int, got text"),  # a sample of dict keys (strings)
     ("v13", 15, "random.uniform is outside the translatable subset"),
-    ("v14", 12, "`namedtuple('Clue', 'turn text')` is outside the translatable subset"),
+    ("v14", 3, "import collections is outside the translatable subset"),
     ("v15", 19, "solution() must return ints"),
     ("v16", 21, "class CaesarEnv has base classes"),
   ],
@@ -171,7 +171,6 @@ def test_many_constructs_at_once(pool, kw):
   out = run(KITCHEN, pool, kwargs=kw)
   assert out["translated"], out["translation_reason"]
   assert out["checked_draw_ranges"] > 0
-  assert refusal(KITCHEN, n=4).startswith("line 20: reset() needs 51 instructions")
 
 
 # ------------------------------------------------------------------------------- refusals
@@ -212,24 +211,13 @@ def env(answer="self.a * self.b", step_extra="pass", reward="0.0") -> str:
 @pytest.mark.parametrize(
   "kw, line, pattern",
   [
-    ({"answer": "self.a * 0.5"}, 14, r"float value 0\.5 in `self\.a \* 0\.5`"),
-    ({"answer": "self.a / self.b"}, 14, r"true division `self\.a / self\.b`"),
-    ({"answer": "round(self.a)"}, 14, r"round\(\) is outside the translatable subset"),
-    ({"answer": "self.a * 10 ** 9"}, 14, r"may exceed int32 \(range \[1000000000, 9000000000\]\)"),
-    ({"answer": "self.a // self.b"}, 14, r"the divisor in `self\.a // self\.b` may be zero"),
-    ({"answer": "abs(hash(self.a))"}, 14, r"hash\(\) is outside the translatable subset"),
-    ({"answer": "int(str(self.a) + '0')"}, 14, r"call `int\(str\(self\.a\) \+ '0'\)` is outside"),
-    ({"answer": "sorted([self.a, self.b], key=abs)[0]"}, 14, r"keyword arguments \['key'\]"),
-    ({"answer": "[1, 2][self.b]"}, 14, r"index range \[-9, 9\] may be out of range for length 2"),
-    ({"answer": "self.a if self.b > 0 else 0.5"}, 14, r"float or run-time|a float"),
-    (
-      {"step_extra": "self.a = self.rng.randint(1, 5) if self.b > 0 else 0"},
-      23,
-      r"random draw .* runs only on some paths",
-    ),
-    ({"step_extra": "while self.a: pass"}, 23, r"while loop is outside the translatable subset"),
-    ({"reward": "-0.0001"}, 27, r"reward -0\.0001 must be a multiple of 0\.001"),
-    ({"reward": "float(self.turn)"}, 27, r"float\(\) is outside the translatable subset"),
+    ({"answer": "self.a * 0.5"}, 19, r"`str\(self\.answer\)`: a float shown as text"),
+    ({"answer": "self.a / self.b"}, 14, r"`self\.a / self\.b`: float division"),
+    ({"answer": "round(self.a, 1)"}, 14, r"`round\(self\.a, 1\)` is outside the translatable"),
+    ({"answer": "abs(hash(self.a))"}, 14, r"name `hash` is not defined here"),
+    ({"answer": "int(str(self.a) + '0')"}, 14, r"int\(\) of text"),
+    ({"answer": "sorted([self.a, self.b], key=abs)[0]"}, 14, r"sorted with a key"),
+    ({"reward": "-0.0001"}, 27, r"-0\.0001 is not a multiple of 0\.001"),
   ],
 )
 def test_refusals_name_the_construct_and_line(kw, line, pattern):
@@ -249,12 +237,44 @@ def test_draws_in_step_replay_through_the_episode(pool):
   assert "rand" in out["assembly"].split("step")[1]
 
 
-def test_values_that_grow_past_int32_over_the_turns_are_refused(pool):
-  grow = env(step_extra="self.a = self.a * 10")
-  grow = grow.replace('return "Wrong."', 'return f"Wrong. a is now {self.a}."')
-  reason = refusal(grow, max_turns=30)
-  assert reason.startswith("line 23: ") and "may exceed int32" in reason, reason
-  out = run(grow, pool, seeds=16, kwargs={"max_turns": 5})  # 9 * 10**5 fits: accepted
+@pytest.mark.parametrize(
+  "kw",
+  [
+    # a draw under a run-time condition: drawn where Python draws it, the tape stays aligned
+    {"step_extra": "self.a = self.rng.randint(1, 5) if self.b > 0 else self.a"},
+    # a while loop (an IR loop bounded by the interpreter's fuel)
+    {"step_extra": "while self.a > 3:\n      self.a -= 2"},
+    # a loop far longer than any unrolling
+    {"answer": "sum(i % 7 for i in range(self.a * 100))"},
+    # a reward computed at run time, in thousandths
+    {"reward": "0.1 * (self.turn % 3)"},
+    # floor division by a divisor that may be zero is only reached when b != 0
+    {"answer": "self.a // self.b if self.b != 0 else 0"},
+    # arithmetic on the parsed answer: int32 only overflows for absurd answers
+    {"step_extra": "self.a = self.a + 1"},
+  ],
+)
+def test_constructs_beyond_the_old_subset_translate_and_match(pool, kw):
+  out = run(env(**kw), pool, seeds=8)
+  assert out["translated"], out["translation_reason"]
+
+
+@pytest.mark.parametrize(
+  "old, new",
+  [
+    ("self.turn += 1", "self.turn += 2"),  # no "turn counter": truncation is computed
+    ("self.turn >= self.max_turns, {}", "False, {}"),  # no turn limit at all
+    (  # a return whose truncated flag is not the turn limit
+      '    return "Wrong.", 0.0,',
+      '    if self.b > 0:\n      return "No.", 0.0, False, False, {}\n    return "Wrong.", 0.0,',
+    ),
+    ('r"\\\\boxed\\{\\s*(-?\\d+)', 'r"\\\\boxed\\{\\s*(\\d+)'),  # another answer grammar
+  ],
+)
+def test_more_spellings_translate(pool, old, new):
+  source = env()
+  assert old in source, old
+  out = run(source.replace(old, new), pool, seeds=8)
   assert out["translated"], out["translation_reason"]
 
 
@@ -267,19 +287,6 @@ def test_values_that_grow_past_int32_over_the_turns_are_refused(pool):
       r"seed only with reset\(\)'s seed",
     ),
     ("self.rng.randint(1, 9)", "self.rng.random()", r"random\.random is outside"),
-    ("self.turn += 1", "self.turn += 2", r"no turn counter found"),
-    ("self.turn >= self.max_turns, {}", "False, {}", r"cannot find one turn limit"),
-    (
-      '    return "Wrong.", 0.0,',
-      '    if self.b > 0:\n      return "No.", 0.0, False, False, {}\n    return "Wrong.", 0.0,',
-      r"cannot prove that this return's truncated flag equals `turn >= 3`",
-    ),
-    ('"Correct.", 1.0, True, False', '"Correct.", 1.0, True, True', r"truncated flag"),
-    (
-      'r"\\\\boxed\\{\\s*(-?\\d+)',
-      'r"\\\\boxed\\{\\s*(\\d+)',
-      r"is not a recognised .boxed.. answer pattern",
-    ),
   ],
 )
 def test_more_refusals(old, new, pattern):
@@ -289,18 +296,40 @@ def test_more_refusals(old, new, pattern):
   assert re.match(r"line \d+: ", reason) and re.search(pattern, reason), reason
 
 
+def test_values_python_keeps_and_int32_cannot_are_rejected_by_the_check(pool):
+  """Arithmetic is checked int32 at run time: a value that outgrows int32 faults in the
+  interpreter while Python goes on, and the differential check rejects the translation; the
+  same environment with a shorter game stays in range and is accepted."""
+  grow = env(step_extra="self.a = self.a * 10")
+  grow = grow.replace('return "Wrong."', 'return f"Wrong. a is now {self.a}."')
+  out = run(grow, pool, seeds=8, kwargs={"max_turns": 30})
+  assert not out["translated"] and "differential check failed" in out["translation_reason"]
+  out = run(grow, pool, seeds=8, kwargs={"max_turns": 5})  # 9 * 10**5 fits: accepted
+  assert out["translated"], out["translation_reason"]
+  huge = run(env(answer="self.a * 10 ** 9"), pool, seeds=4)
+  assert not huge["translated"] and "fault" in huge["translation_reason"]
+
+
+def test_terminated_and_truncated_at_once_is_rejected(pool):
+  """The interpreter's outcome is one of go / terminated / truncated: an environment that
+  reports both is not accepted."""
+  source = env().replace('"Correct.", 1.0, True, False', '"Correct.", 1.0, True, True')
+  out = run(source, pool, seeds=4)
+  assert not out["translated"] and "differential check failed" in out["translation_reason"]
+
+
 def test_state_carried_across_episodes_is_refused():
   """Shuffling a class constant or an __init__ list in reset() makes each episode depend on the
   previous ones (the interpreter starts every episode afresh): refused; a copy is fine."""
   base = env().replace("    self.a = self.rng.randint(1, 9)\n", "    DRAW\n")
   klass = base.replace("class TinyEnv:\n", "class TinyEnv:\n  ITEMS = [3, 1, 4, 1, 5]\n\n")
   shuffled = klass.replace("DRAW", "self.rng.shuffle(self.ITEMS)\n    self.a = self.ITEMS[0]")
-  assert "shuffle needs a list of ints built in this method" in refusal(shuffled)
+  assert "shuffle of a constant list" in refusal(shuffled)
   init = base.replace(
     "self.max_turns = max_turns\n", "self.max_turns = max_turns\n    self.items = [3, 1, 4]\n"
   )
   init = init.replace("DRAW", "self.rng.shuffle(self.items)\n    self.a = self.items[0]")
-  assert refusal(init).startswith("line 13: `self.items` is read before reset() assigns it")
+  assert refusal(init).startswith("line 13: ") and "shuffle of a constant list" in refusal(init)
   copied = klass.replace(
     "DRAW", "items = list(self.ITEMS)\n    self.rng.shuffle(items)\n    self.a = items[0]"
   )
@@ -309,37 +338,46 @@ def test_state_carried_across_episodes_is_refused():
 
 # ------------------------------------------------------------------ wrong translations
 def test_truncating_division_is_rejected(pool, monkeypatch):
+  """A lowering with C's truncating ``//`` instead of Python's floor is caught by the check."""
   assert run(fixture("v03"), pool, seeds=16)["translated"]
-  floor = translate_ops.Ops.arith
+  real = Emitter.emit
 
-  def truncating(self, op, a, b, node):
+  def truncating(self, op, *args):
     if op != "div":
-      return floor(self, op, a, b, node)
-    q = floor(self, "div", self.unary("abs", a, node), self.unary("abs", b, node), node)
-    neg = self.compare("ne", self.compare("lt", a, 0, node), self.compare("lt", b, 0, node), node)
-    return self.sel(neg, self.unary("neg", q, node), q, node)
+      return real(self, op, *args)
+    d, a, b = args
+    q, neg = self.temp(), self.temp()
+    real(self, "abs", q, a)
+    real(self, "abs", neg, b)
+    real(self, "div", q, q, neg)
+    real(self, "lt", neg, a, 0)
+    real(self, "ne", neg, neg, 0)
+    t = self.temp()
+    real(self, "lt", t, b, 0)
+    real(self, "ne", neg, neg, t)
+    real(self, "neg", t, q)
+    real(self, "sel", d, neg, t, q)
 
-  monkeypatch.setattr(translate_ops.Ops, "arith", truncating)
+  monkeypatch.setattr(Emitter, "emit", truncating)
   out = run(fixture("v03"), pool, seeds=16)
   assert not out["translated"] and out["program"] is None
   assert re.search(
     r"differential check failed: \d+/48 episodes differ; first: seed \d+", out["translation_reason"]
   )
-  assert "parses to" in out["translation_reason"] or "expected" in out["translation_reason"]
 
 
 @pytest.mark.parametrize("delta, verdict", [(-1, "rejects it"), (1, "accepts it")])
 def test_wrong_draw_range_is_rejected(pool, monkeypatch, delta, verdict):
   """A randint range off by one is caught even when no seed draws the extreme value: the
   check replays the ends of Python's recorded ranges and one past them."""
-  real = translate_calls.Calls.random_call
+  real = Emitter.emit
 
-  def shifted(self, name, args, kw, node):
-    if name == "randint":
-      args = [args[0], self.arith("add", args[1], delta, node)]
-    return real(self, name, args, kw, node)
+  def shifted(self, op, *args):
+    if op == "rand" and isinstance(args[2], int):
+      args = (args[0], args[1], args[2] + delta)
+    return real(self, op, *args)
 
-  monkeypatch.setattr(translate_calls.Calls, "random_call", shifted)
+  monkeypatch.setattr(Emitter, "emit", shifted)
   out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=4)
   assert not out["translated"]
   edge = 100 if delta < 0 else 101
@@ -349,25 +387,24 @@ def test_wrong_draw_range_is_rejected(pool, monkeypatch, delta, verdict):
   ) in out["translation_reason"]
 
 
-def test_first_match_regex_env_is_rejected(pool):
-  """`re.search` takes the first \\boxed{}, the device parser the last: the two-box answers of
-  the scripts expose it."""
+def test_first_match_regex_env_matches_python(pool):
+  """`re.search` takes the first \\boxed{} whose content matches, `findall(...)[-1]` the last:
+  the device parser's answer modes follow each, and the two-box answers of the scripts check
+  it."""
   source = (
     fixture("v02").replace("re.findall(", "re.search(").replace("found[-1]", "found.group(1)")
   )
   out = run(source, pool, seeds=16)
-  assert not out["translated"]
-  assert re.search(
-    r"turn \d+, answer '.*\\\\boxed.*\\\\boxed.*': expected", out["translation_reason"]
-  )
+  assert out["translated"], out["translation_reason"]
+  assert "parse signed_ws first" in out["assembly"]
+  assert "parse signed_ws last" in run(fixture("v02"), pool, seeds=4)["assembly"]
 
 
 def test_constants_folded_for_other_arguments_are_rejected(pool, monkeypatch):
-  real = translate_program.lower_source
-  monkeypatch.setattr(translate_program, "lower_source", lambda s, cfg, kwargs=None: real(s, cfg))
+  real = translate_lowering.lower_source
   import spade_jax.envs.translate.pipeline as tr_mod
 
-  monkeypatch.setattr(tr_mod, "lower_source", translate_program.lower_source)
+  monkeypatch.setattr(tr_mod, "lower_source", lambda s, cfg, kwargs=None: real(s, cfg))
   out = run(FAMILIES["guess_number"].twin_source(), pool, seeds=8, kwargs={"high": 1000})
   assert not out["translated"] and "expected observation" in out["translation_reason"]
 
@@ -439,4 +476,4 @@ def test_check_cli_reports_the_translation(capsys):
   out = json.loads(capsys.readouterr().out)
   assert out["valid"] and out["translated"] is True and out["translation_reason"] == ""
   assert out["checked_episodes"] == 12 and "program" not in out
-  assert out["assembly"].startswith("turns 3\n") and "translate" in out["timings"]
+  assert out["assembly"].startswith("turns ") and "translate" in out["timings"]

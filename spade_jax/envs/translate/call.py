@@ -8,6 +8,7 @@ import builtins as py_builtins
 
 from spade_jax.envs.translate import texts as tx
 from spade_jax.envs.translate.answers import grammar_of, list_groups
+from spade_jax.envs.translate.coerce import kind_name
 from spade_jax.envs.translate.kinds import (
   ActionText,
   AnswerInts,
@@ -19,6 +20,7 @@ from spade_jax.envs.translate.kinds import (
   Group,
   Int,
   It,
+  ListLit,
   Lst,
   Match,
   Method,
@@ -26,6 +28,7 @@ from spade_jax.envs.translate.kinds import (
   Pattern,
   Range,
   Rng,
+  Seed,
   is_const,
 )
 from spade_jax.envs.translate.texts import Slot, Text
@@ -80,7 +83,7 @@ def _builtin(v, name, args, kwargs, node):
     "abs", "min", "max", "int", "str", "len", "sum", "sorted", "divmod", "pow", "bool", "tuple",
     "list", "float", "round", "any", "all",
   ) and not kwargs:  # fmt: skip
-    py = {"list": tuple, "sorted": lambda x: tuple(sorted(x))}.get(name) or getattr(
+    py = {"list": ListLit, "sorted": lambda x: ListLit(sorted(x))}.get(name) or getattr(
       py_builtins, name
     )
     try:
@@ -143,7 +146,7 @@ def _builtin(v, name, args, kwargs, node):
       e.emit("and", s, s, t)
       e.emit("add", r, r, s)
       return Int(r)
-    raise Refusal(f"`{snippet(node)}`: int() of {type(a).__name__}", node)
+    raise Refusal(f"`{snippet(node)}`: int() of {kind_name(a)}", node)
   if name == "float" and len(args) == 1:
     if isinstance(args[0], Milli):
       return args[0]
@@ -243,7 +246,9 @@ def _method(v, m: Method, args, kwargs, node):
     v.env.use_grammar(0, True, node)
     return tuple(Group(0, True, i) for i in range(obj.groups))
   if isinstance(obj, Match) and m.name == "group" and not obj.many:
-    if obj.groups > 1 and len(args) == 1 and isinstance(args[0], int) and 1 <= args[0] <= obj.groups:
+    if (
+      obj.groups > 1 and len(args) == 1 and isinstance(args[0], int) and 1 <= args[0] <= obj.groups
+    ):
       v.env.use_grammar(0, True, node)
       return Group(0, True, args[0] - 1)
     if args not in ([1], [0]) or obj.groups > 1:
@@ -416,6 +421,7 @@ def _random(v, name, args, kwargs, node):
   if kwargs:
     raise Refusal(f"`{snippet(node)}`: keyword arguments to random", node)
   if name == "seed":
+    _seed_only(args, node)
     return None
   if name == "randint" and len(args) == 2:
     r = e.temp()
@@ -469,10 +475,23 @@ def _random(v, name, args, kwargs, node):
     e.emit("sample", r, lst.reg, v.operand(v.as_int(args[1], node), node))
     return Lst(r, args[1] if isinstance(args[1], int) else None)
   if name == "shuffle" and len(args) == 1:
+    if not isinstance(v.read_var(args[0]), Lst):
+      raise Refusal(
+        f"`{snippet(node)}`: shuffle of a constant list (in Python the shuffle would carry over "
+        "to later episodes; shuffle a copy made in this method)",
+        node,
+      )
     lst = v.as_list(args[0], node)
     e.emit("shuffle", lst.reg, lst.reg)
     return None
   raise Refusal(f"random.{name} is outside the translatable subset", node)
+
+
+def _seed_only(args, node) -> None:
+  """The interpreter draws its own values per episode; Python may only be seeded by reset's
+  seed argument (a constant seed would make every Python episode the same task)."""
+  if args and not isinstance(args[0], Seed):
+    raise Refusal(f"`{snippet(node)}`: seed only with reset()'s seed argument", node)
 
 
 def _pick(v, idx, options, node):
@@ -498,6 +517,7 @@ def _re(v, name, args, node):
     raise Refusal(f"`re.{name}` on the action (only search / findall of a \\boxed{{}})", node)
   g = grammar_of(pattern) if isinstance(pattern, str) else None
   k = list_groups(pattern) if g is None else None
+  v.env.regex = True
   if k is not None:
     v.env.use_grammar(0, True, node)
     return Match(0, name == "findall", k)
@@ -511,6 +531,7 @@ def _re(v, name, args, node):
 def _module_fn(v, module, name, args, kwargs, node):
   if module == "random":
     if name == "Random":
+      _seed_only(args, node)
       return Rng()
     return _random(v, name, args, kwargs, node)
   if module == "re":

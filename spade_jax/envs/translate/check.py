@@ -306,6 +306,8 @@ def compare(program, episodes, tokenizer, cfg: ProgramConfig) -> tuple[str | Non
           continue
         exp = ep.steps[t]
         got = (decode(obs.ids[i], obs.length[i]), float(reward[i]), bool(term[i]), bool(trunc[i]))
+        if t + 1 == int(program.max_turns) and not exp[2] and got[2:4] == (False, True):
+          got = (*got[:3], bool(exp[3]))  # the interpreter's structural cut (turn >= max_turns)
         where = f"seed {ep.seed} ({ep.kind} script), turn {t + 1}, answer {_short(texts[i], 60)}"
         if got[0] != exp[0]:
           first[k] = f"{where}: expected observation {_short(exp[0])}, got {_short(got[0])}"

@@ -435,8 +435,44 @@ def expr_IfExp(self, node):
   c = self.cond(node.test)
   if isinstance(c, bool):
     return self.expr(node.body if c else node.orelse)
+  if not (_pure(node.body) and _pure(node.orelse)):
+    return self.branch_value(c, node.body, node.orelse, node)
   a, b = self.expr(node.body), self.expr(node.orelse)
   return self.select(c, a, b, node)
+
+
+def _pure(node) -> bool:
+  """No call, division or index: evaluating it on both paths cannot draw or fault."""
+  return not any(
+    isinstance(n, ast.Call | ast.Subscript)
+    or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv | ast.Mod | ast.Div))
+    for n in ast.walk(node)
+  )
+
+
+def branch_value(self, c, body, orelse, node):
+  """``body if c else orelse`` with each side lowered only on its own path (a draw or a
+  division happens only where Python evaluates it)."""
+  e = self.e
+  other, end = e.new_label(), e.new_label()
+  e.emit("jz", c, other)
+  var = None
+
+  def side(expr_node):
+    nonlocal var
+    v = self.read_var(self.expr(expr_node))
+    if var is None:
+      var = self.new_var(v, node)
+      if isinstance(var.ref, tx.TextVar):
+        var.ref.home = True  # both sides' texts stay alternatives
+    self.write_var(var, v, node)
+
+  self.region_block(lambda: side(body))
+  e.emit("jmp", end)
+  e.place(other)
+  self.region_block(lambda: side(orelse))
+  e.place(end)
+  return self.read_var(var)
 
 
 def select(self, c, a, b, node):

@@ -149,6 +149,11 @@ class ConstDict:
 
 
 @dataclasses.dataclass(frozen=True)
+class Seed:
+  """reset()'s seed argument: only passed to ``random.seed`` / ``random.Random``."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Info:
   """The ``{}`` info dict of reset / step."""
 

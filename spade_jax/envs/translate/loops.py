@@ -172,9 +172,19 @@ def length_of(self, it):
   if kind == "range":
     _, lo, hi, step = it
     if step > 0:
-      n = self.binop(ast.FloorDiv, self.binop(ast.Add, self.binop(ast.Sub, hi, lo, None), step - 1, None), step, None)
+      n = self.binop(
+        ast.FloorDiv,
+        self.binop(ast.Add, self.binop(ast.Sub, hi, lo, None), step - 1, None),
+        step,
+        None,
+      )
     else:
-      n = self.binop(ast.FloorDiv, self.binop(ast.Add, self.binop(ast.Sub, lo, hi, None), -step - 1, None), -step, None)
+      n = self.binop(
+        ast.FloorDiv,
+        self.binop(ast.Add, self.binop(ast.Sub, lo, hi, None), -step - 1, None),
+        -step,
+        None,
+      )
     return self.minmax("max", [0, n])
   if kind == "enumerate":
     return self.length_of(it[1])

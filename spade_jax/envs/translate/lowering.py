@@ -35,6 +35,7 @@ from spade_jax.envs.translate.kinds import (
   Module,
   Pattern,
   Rng,
+  Seed,
   SelfRef,
   Var,
   is_const,
@@ -56,10 +57,6 @@ class Lowered:
   n_cases: int
 
 
-class _Seed:
-  """Reset's seed argument: only passed to ``random.seed`` / ``random.Random``."""
-
-
 class EnvLowering:
   def __init__(self, source: str, cfg: ProgramConfig, kwargs: dict | None = None):
     self.source, self.cfg, self.kwargs = source, cfg, dict(kwargs or {})
@@ -69,6 +66,7 @@ class EnvLowering:
     self.homes: dict[str, Var] = {}
     self.methods: dict[str, ast.FunctionDef] = {}
     self.grammar: tuple[int, bool] | None = None
+    self.regex = False  # the answer is parsed by a regular expression (not `_boxed_ints`)
     self.v = Visitor(self)
 
   # ----------------------------------------------------------------------------- module
@@ -146,7 +144,7 @@ class EnvLowering:
       args = [self.const_expr(a) for a in node.args]
       if base == Module("re") and node.func.attr == "compile" and len(args) == 1:
         return Pattern(args[0])
-      if base == Module("random") and node.func.attr == "Random":
+      if base == Module("random") and node.func.attr == "Random" and not args:
         return Rng()
     if isinstance(node, ast.BinOp):
       from spade_jax.envs.translate.exprs import PY_OPS
@@ -343,7 +341,7 @@ class EnvLowering:
           self.static[name] = value
     reset = self.methods["reset"]
     n_params = len(reset.args.args) - 1
-    out = self.call_method("reset", [_Seed()] * min(n_params, 1), reset)
+    out = self.call_method("reset", [Seed()] * min(n_params, 1), reset)
     obs = out[0] if isinstance(out, tuple) and len(out) == 2 else out
     obs = self.as_top_text(obs, reset)
     answer = self.solution()
@@ -370,7 +368,7 @@ class EnvLowering:
     for alt in obs.alts:
       lines.append(template_line("obs", alt or ("",)))
     lines += cases
-    parse = {"reference"} if self.grammar is None or self.grammar[0] == 0 else {"regex"}
+    parse = {"regex"} if self.regex else {"reference"}
     return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, parse, len(cases))
 
   def as_top_text(self, value, node) -> Text:

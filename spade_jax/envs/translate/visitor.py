@@ -137,7 +137,9 @@ class Visitor:
     self.frames: list[Frame] = []
     self.regions = [0]  # the chain of run-time branch / loop bodies being lowered
     self._region_ids = 0
-    self.dynamic_loops = 0  # IR loops emitted so far (a comprehension inside one has no static length)
+    self.dynamic_loops = (
+      0  # IR loops emitted so far (a comprehension inside one has no static length)
+    )
 
   @property
   def frame(self) -> Frame:
@@ -318,8 +320,8 @@ class Visitor:
     constant index stays a constant)."""
     if isinstance(target, ast.Name) and self.frame.sites.get(target.id) == 1:
       self.frame.names[target.id] = self.bind_once(self.read_var(value))
-    elif isinstance(target, ast.Tuple) and isinstance(value, tuple) and len(value) == len(
-      target.elts
+    elif (
+      isinstance(target, ast.Tuple) and isinstance(value, tuple) and len(value) == len(target.elts)
     ):
       for t, v in zip(target.elts, value, strict=True):
         self.rebind(t, v, node)
@@ -534,6 +536,7 @@ class Visitor:
   expr_BoolOp = exprs.expr_BoolOp
   expr_Compare = exprs.expr_Compare
   compare = exprs.compare
+  branch_value = exprs.branch_value
   dict_get = exprs.dict_get
   text_compare = exprs.text_compare
   _or = exprs._or
