@@ -30,6 +30,42 @@ _PROBES = tuple(
 )
 
 
+_RANGES = ((None, None), (0, 9), (0, 1), (10, 99), (100, 999), (1000, 9999), (0, 99), (0, 999))
+_SIMPLE = tuple(
+  c for c in _CONTENTS + ("1", "9", "10", "100", "999", "1000", "12345", "-12")
+  if "+" not in c and not (c.strip().lstrip("-").startswith("0") and len(c.strip().lstrip("-")) > 1)
+)  # fmt: skip
+
+
+def approximate_grammar(pattern: str) -> tuple[int, int | None, int | None] | None:
+  """``(grammar, lo, hi)``: the pattern agrees with grammar ``g`` restricted to values in
+  ``[lo, hi]`` on every single-box probe without a ``+`` sign or leading zeros (what ``\\d{3}``,
+  ``[01]`` or ``[+-]?`` add). The device then matches the first/last box of grammar ``g`` and
+  the step checks the range: it differs from Python on texts with several boxes where an
+  earlier one is out of range, on ``+5`` and on leading zeros (`pipeline.APPROXIMATE_PARSE`)."""
+  try:
+    rx = re.compile(pattern)
+  except re.error:
+    return None
+  if rx.groups != 1:
+    return None
+  boxes = [f"\\boxed{{{c}}}" for c in _SIMPLE]
+  actual = [_int_of(rx.search(t)) for t in boxes]
+  for g in (2, 4, 1, 3):  # unsigned first: closest for digit-count patterns
+    ref = re.compile(GRAMMARS[g])
+    for lo, hi in _RANGES:
+      want = []
+      for c in _SIMPLE:
+        ok = ref.fullmatch(c) is not None
+        v = int(c) if ok else None
+        if ok and lo is not None and not lo <= v <= hi:
+          v = None
+        want.append(v)
+      if want == actual:
+        return g, lo, hi
+  return None
+
+
 def _int_of(m) -> int | None | str:
   if m is None:
     return None

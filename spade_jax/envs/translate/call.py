@@ -7,7 +7,7 @@ import ast
 import builtins as py_builtins
 
 from spade_jax.envs.translate import texts as tx
-from spade_jax.envs.translate.answers import grammar_of, list_groups
+from spade_jax.envs.translate.answers import approximate_grammar, grammar_of, list_groups
 from spade_jax.envs.translate.coerce import kind_name
 from spade_jax.envs.translate.kinds import (
   ActionText,
@@ -394,12 +394,21 @@ def _join(v, sep: str, node):
       return (
         sep.join(str(x) for x in inner) if is_const(inner) else _join_values(v, sep, inner, node)
       )
+    lst = v.as_list(inner, node)
     if sep == ", ":
-      lst = v.as_list(inner, node)
       r = v.e.local_list()
       v.e.emit("copy", r, lst.reg)
       return Text.of(Slot(r))
-    raise Refusal(f"`{snippet(node)}`: join of a run-time list with {sep!r}", node)
+    if lst.length is not None:  # a list of known length: one slot per element
+      items = []
+      for k in range(lst.length):
+        r = v.e.local()
+        v.e.emit("get", r, lst.reg, k)
+        items.append(Int(r))
+      return _join_values(v, sep, items, node)
+    raise Refusal(
+      f"`{snippet(node)}`: join of a run-time list of unknown length with {sep!r}", node
+    )
   val = v.read_var(v.expr(arg))
   if isinstance(val, tuple):
     return _join_values(v, sep, val, node)
@@ -522,9 +531,13 @@ def _re(v, name, args, node):
     v.env.use_grammar(0, True, node)
     return Match(0, name == "findall", k)
   if g is None:
-    raise Refusal(
-      f"regular expression {pattern!r} is not a recognised \\boxed{{}} single-int answer", node
-    )
+    approx = approximate_grammar(pattern) if isinstance(pattern, str) else None
+    if approx is None:
+      raise Refusal(
+        f"regular expression {pattern!r} is not a recognised \\boxed{{}} single-int answer", node
+      )
+    g, lo, hi = approx
+    return Match(g, name == "findall", 1, lo, hi)
   return Match(g, name == "findall")
 
 

@@ -155,8 +155,15 @@ def minmax(self, name, vals):
 
 def match_found(self, m: Match, node) -> str:
   self.env.use_grammar(m.grammar, None, node)
-  if m.groups == 1:
+  if m.groups == 1 and m.lo is None:
     return "found"
+  if m.groups == 1:  # an approximate grammar: the value must be in its range
+    r, t = self.e.temp(), self.e.temp()
+    self.e.emit("ge", r, "guess", m.lo)
+    self.e.emit("le", t, "guess", m.hi)
+    self.e.emit("and", r, r, t)
+    self.e.emit("and", r, r, "found")
+    return r
   r = self.e.temp()
   self.e.emit("eq", r, "nguess", m.groups)  # nguess is 0 when nothing was found
   return r

@@ -106,6 +106,8 @@ class Match:
   grammar: int
   many: bool  # findall
   groups: int = 1  # > 1: a comma list of ints (grammar 0, the device's int list)
+  lo: int | None = None  # an approximate grammar's value range (`answers.approximate_grammar`)
+  hi: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
