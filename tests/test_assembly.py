@@ -86,7 +86,7 @@ ERRORS = [  # (program text, line, message fragment)
   ("turns 3\nreset\nstep\nanswer r0\nobs t0\n", 5, "template items are strings or registers"),
   ("turns 3\nreset\nstep\nanswer r0\nobs\n", 5, "observation template is empty"),
   ('turns 3\nreset\nstep\nanswer r0\nobs "x"\ncase 1 2000 stop "y"\n', 6, "reward 2000"),
-  ('turns 3\nreset\nstep\nanswer r0\nobs "x"\ncase 1 0 halt "y"\n', 6, "'stop' or 'go'"),
+  ('turns 3\nreset\nstep\nanswer r0\nobs "x"\ncase 1 0 halt "y"\n', 6, "'stop', 'go' or 'trunc'"),
   ('turns 3\nreset\nstep\nanswer r0\nobs "x"\n', 5, "program ends early"),
   ("turns 3\nstep\n", 2, "expected 'table' or 'reset', got 'step'"),
   ("turns 3\ntable t0 1 2\ntable t0 3\n", 3, "table t0 defined twice"),

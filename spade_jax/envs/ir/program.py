@@ -175,7 +175,15 @@ class ProgramConfig:
 # locals, texts chosen among templates, (feedback, outcome) cases). `ProgramConfig()` is the
 # small straight-line machine.
 DEFAULT_CONFIG = ProgramConfig(
-  n_regs=96, n_lists=8, n_tables=8, n_reset=256, n_step=256, n_cases=16, n_obs=8, max_exec=32768
+  n_regs=96,
+  n_lists=8,
+  n_tables=8,
+  n_reset=256,
+  n_step=256,
+  n_cases=24,
+  tpl_slots=16,
+  n_obs=8,
+  max_exec=32768,
 )
 
 

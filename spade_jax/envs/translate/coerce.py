@@ -125,6 +125,9 @@ def as_text(self, v, node) -> Text:
     return tx.concat(tx.concat(Text.of("["), Text.of(Slot(r)), self.e), Text.of("]"), self.e)
   if isinstance(v, Digits):
     return Text.of(Slot(self.slot_copy(v.value.reg)))
+  if isinstance(v, Group) and v.grammar:  # the answer's digits as shown (approximate)
+    self.env.use_grammar(v.grammar, v.last, node)
+    return Text.of(Slot(self.slot_copy("guess")))
   raise Refusal(f"`{snippet(node)}`: {kind_name(v)} shown as text", node)
 
 

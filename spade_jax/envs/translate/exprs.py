@@ -218,6 +218,8 @@ def binop(self, op, a, b, node):
     self.e.emit("copy", r, self.as_list(a, node).reg)
     self.extend(r, self.as_list(b, node), node)
     return Lst(r)
+  if op is ast.Mult and (isinstance(a, Lst | ListLit) or isinstance(b, Lst | ListLit)):
+    return self.repeat(a, b, node)
   if op is ast.Pow:
     return self.power(a, b, None, node)
   if isinstance(a, float | Milli) or isinstance(b, float | Milli) or op is ast.Div:
@@ -228,6 +230,18 @@ def binop(self, op, a, b, node):
   r = self.e.temp()
   self.e.emit(_ARITH[op], r, self.operand(x, node), self.operand(y, node))
   return Int(r)
+
+
+def repeat(self, a, b, node):
+  """``xs * n`` (either order) for a run-time count: a loop of pushes."""
+  lst, n = (a, b) if isinstance(a, Lst | ListLit) else (b, a)
+  src = self.as_list(lst, node)
+  r = self.e.local_list()
+  self.e.emit("clear", r)
+  count = self.operand(self.as_int(n, node), node)
+  self.count_loop(0, count, lambda i: self.extend(r, src, node))
+  static = src.length is not None and isinstance(count, int)
+  return Lst(r, src.length * max(count, 0) if static else None)
 
 
 def milli_op(self, op, a, b, node):
@@ -475,8 +489,21 @@ def branch_value(self, c, body, orelse, node):
   return self.read_var(var)
 
 
+def group_digits(self, g: Group, node) -> Lst:
+  """The characters of a matched group of a non-negative grammar, as its digits (``\\d{3}``
+  has no leading zeros in range; others lose them: approximate)."""
+  if g.grammar not in (2, 4):
+    raise Refusal(f"`{snippet(node)}`: characters of a signed answer", node)
+  self.env.use_grammar(g.grammar, g.last, node)
+  r = self.e.temp_list()
+  self.e.emit("digits", r, "guess")
+  return Lst(r)
+
+
 def select(self, c, a, b, node):
   a, b = self.read_var(a), self.read_var(b)
+  if (is_const(a) or isinstance(a, Info)) and a == b:
+    return a
   if isinstance(a, str | Text) or isinstance(b, str | Text):
     return tx.select(c, self.as_text(a, node), self.as_text(b, node), self.e, node)
   if isinstance(a, float | Milli) or isinstance(b, float | Milli):
@@ -502,6 +529,8 @@ def expr_Subscript(self, node):
   idx = self.expr(node.slice)
   if isinstance(base, ConstDict):
     return self.dict_get(base, idx, node)
+  if isinstance(base, Group):
+    base = self.group_digits(base, node)
   if isinstance(base, Match) and base.many:
     if idx in (0, -1):
       if base.groups > 1:

@@ -9,6 +9,7 @@ import ast
 from spade_jax.envs.translate.kinds import (
   ConstDict,
   Digits,
+  Group,
   Int,
   It,
   Lst,
@@ -126,6 +127,8 @@ def iterable(self, node):
   v = self.read_var(self.expr(node))
   if isinstance(v, ConstDict):
     return v.keys
+  if isinstance(v, Group):
+    return It(("digits", self.group_digits(v, node).reg))
   if isinstance(v, Range):
     return It(("range", v.lo, v.hi, v.step))
   if isinstance(v, tuple):

@@ -536,6 +536,8 @@ class Visitor:
   expr_BoolOp = exprs.expr_BoolOp
   expr_Compare = exprs.expr_Compare
   compare = exprs.compare
+  repeat = exprs.repeat
+  group_digits = exprs.group_digits
   branch_value = exprs.branch_value
   dict_get = exprs.dict_get
   text_compare = exprs.text_compare
