@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.ir.assembly import AssemblyError, assemble, disassemble
+from spade_jax.envs.ir.assembly import AssemblyError, assemble
+from spade_jax.envs.ir.disassembly import disassemble
 from spade_jax.envs.ir.program import OPS, SPECIALS
 from spade_jax.envs.library import FAMILIES
 

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.ir.assembly import AssemblyError, assemble, disassemble
+from spade_jax.envs.ir.assembly import AssemblyError, assemble
+from spade_jax.envs.ir.checks import CHECKS, check_program, validate_program
+from spade_jax.envs.ir.disassembly import disassemble
 from spade_jax.envs.ir.draws import DrawRecorder
 from spade_jax.envs.ir.interpreter import ProgramEnv
 from spade_jax.envs.ir.program import (
-  CHECKS,
   DEFAULT_CONFIG,
   FAULT_CAPACITY,
   FAULT_INDEX,
@@ -24,11 +25,9 @@ from spade_jax.envs.ir.program import (
   MODE_REG,
   OPCODE,
   STRAIGHT_LINE_OPS,
-  check_program,
   make_action,
   program_from_arrays,
   stack_programs,
-  validate_program,
 )
 
 CFG = dataclasses.replace(DEFAULT_CONFIG, n_obs=3, max_exec=2000)

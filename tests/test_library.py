@@ -37,7 +37,8 @@ def test_library_has_at_least_12_families_with_levels():
 
 @pytest.mark.parametrize("tok_name", ["tiny", "smollm2"])
 def test_every_level_builds_and_disassembles(tok_name):
-  from spade_jax.envs.ir.assembly import assemble, disassemble
+  from spade_jax.envs.ir.assembly import assemble
+  from spade_jax.envs.ir.disassembly import disassemble
 
   tok = tokenizer(tok_name)
   for f in FAMILIES.values():

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
-from spade_jax.envs.ir.assembly import AssemblyError, assemble, disassemble
+from spade_jax.envs.ir.assembly import AssemblyError, assemble
+from spade_jax.envs.ir.checks import check_program
+from spade_jax.envs.ir.disassembly import disassemble
 from spade_jax.envs.ir.interpreter import ProgramEnv
 from spade_jax.envs.ir.parse import (
   GRAMMAR_NAMES,
@@ -35,7 +37,6 @@ from spade_jax.envs.ir.program import (
   SPECIAL_FOUND,
   SPECIAL_GUESS,
   SPECIAL_NGUESS,
-  check_program,
   make_action,
   program_from_arrays,
   stack_programs,

@@ -10,18 +10,15 @@ import numpy as np
 import pytest
 from envs_fixtures import tokenizer
 
+from spade_jax.envs.ir.checks import CHECKS, ProgramError, check_program, validate_program
 from spade_jax.envs.ir.program import (
-  CHECKS,
   DEFAULT_CONFIG,
   MODE_IMM,
   MODE_REG,
   MODE_TABLE,
   OPCODE,
   EnvProgram,
-  ProgramError,
-  check_program,
   stack_programs,
-  validate_program,
 )
 from spade_jax.envs.library import FAMILIES
 

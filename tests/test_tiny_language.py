@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from spade_jax.envs.ir.assembly import AssemblyError, assemble
+from spade_jax.envs.ir.checks import CHECKS
 from spade_jax.envs.ir.interpreter import ProgramEnv
-from spade_jax.envs.ir.program import CHECKS, OP_NAMES, Action, EnvProgram, stack_programs
+from spade_jax.envs.ir.program import OP_NAMES, Action, EnvProgram, stack_programs
 from spade_jax.envs.library import FAMILIES
 from spade_jax.rollout.chat import ChatFraming
 from spade_jax.rollout.types import RolloutSpec, first_templates

@@ -58,16 +58,11 @@ from spade_jax.engine.decode import (
 )
 from spade_jax.engine.sampling import SamplingParams
 from spade_jax.envs.ir import text
+from spade_jax.envs.ir.checks import validate_program
 from spade_jax.envs.ir.interpreter import EnvState, ProgramEnv
 from spade_jax.envs.ir.parse import ParseTables, make_parse_tables, parse_feed, parse_init
 from spade_jax.envs.ir.parse import parse_result as parse_action
-from spade_jax.envs.ir.program import (
-  DEFAULT_CONFIG,
-  EnvProgram,
-  ProgramConfig,
-  stack_programs,
-  validate_program,
-)
+from spade_jax.envs.ir.program import DEFAULT_CONFIG, EnvProgram, ProgramConfig, stack_programs
 from spade_jax.rollout.host import RolloutConfig
 from spade_jax.rollout.types import (
   CONTEXT,

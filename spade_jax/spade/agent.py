@@ -30,7 +30,7 @@ import numpy as np
 
 from spade_jax import trajectories
 from spade_jax.engine.generate import Engine
-from spade_jax.envs.ir.program import ProgramError
+from spade_jax.envs.ir.checks import ProgramError
 from spade_jax.envs.ir.text import TemplateError
 from spade_jax.envs.sandbox.pool import EnvError, SandboxPool
 from spade_jax.rl import advantages

@@ -10,7 +10,7 @@ segment counts after the scan give the arrays. What a tokenizer would compute on
 constant for the tiny tokenizer (`tokenizer.py`: the phrase table is prefix-free): literal ids
 are the designer's tokens, a slot's position is the number of literal tokens before it, a
 negative value's tail is ``-`` and an empty list replaces nothing; the solution template is
-``\\boxed{`` slot ``}``. Then `program.check_program` runs with ``xp=jnp``. A program with a
+``\\boxed{`` slot ``}``. Then `checks.check_program` runs with ``xp=jnp``. A program with a
 parse error or a failed check is replaced by the dummy (`language.DUMMY_PROGRAM`), so the
 interpreter runs every row without faults; ``ok_B`` says which rows are real.
 `assemble_and_validate` adds the validator's feasibility check (`feasible`: the program's own
@@ -25,16 +25,15 @@ import math
 import jax
 import jax.numpy as jnp
 
+from spade_jax.envs.ir.checks import CHECKS, N_STRAIGHT_LINE_CHECKS, check_program
 from spade_jax.envs.ir.interpreter import ProgramEnv
 from spade_jax.envs.ir.program import (
   ANSWER_INT,
   ANSWER_LIST,
-  CHECKS,
   MODE_IMM,
   MODE_LIST,
   MODE_REG,
   MODE_TABLE,
-  N_STRAIGHT_LINE_CHECKS,
   SLOT_INT,
   SLOT_LIST,
   TPL_CASE0,
@@ -42,7 +41,6 @@ from spade_jax.envs.ir.program import (
   TPL_OBS,
   TPL_SOLUTION,
   EnvProgram,
-  check_program,
 )
 from spade_jax.rollout.types import FirstTemplates
 from spade_jax.tiny import grammar as g

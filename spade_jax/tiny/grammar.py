@@ -2,7 +2,7 @@
 
 One automaton serves the sampler's mask (`GrammarMask`), the device assembler (`tiny.assemble`
 scans it to parse) and the host checks of `Language.encode`/`decode` (`check_tokens`);
-`transition` is written once over an array namespace, like `program.check_program`.
+`transition` is written once over an array namespace, like `checks.check_program`.
 
 **Tables** (host, cached per `Language`): tokens fall into classes (each keyword, the end token,
 one class per opcode *signature* of `program.STRAIGHT_LINE_OPS`, general / special registers, lists,

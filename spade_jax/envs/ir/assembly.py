@@ -1,4 +1,5 @@
-"""The EnvProgram assembly language: `assemble(text, tokenizer)` and `disassemble`.
+"""The EnvProgram assembly language: `assemble(text, tokenizer)` (`disassembly.disassemble` is
+its inverse).
 
 One statement per line, every opcode and operand a separate word, ``#`` starts a comment.
 Sections come in a fixed order (a regular grammar, so a token mask can enforce it)::
@@ -61,17 +62,16 @@ import re
 
 import numpy as np
 
+from spade_jax.envs.ir.checks import CHECKS, ProgramError, check_program
 from spade_jax.envs.ir.parse import GRAMMAR_NAMES
 from spade_jax.envs.ir.program import (
   ANSWER_INT,
   ANSWER_LIST,
-  CHECKS,
   DEFAULT_CONFIG,
   INT32_MAX,
   INT32_MIN,
   MODE_IMM,
   MODE_LIST,
-  MODE_NONE,
   MODE_REG,
   MODE_TABLE,
   OPCODE,
@@ -83,15 +83,12 @@ from spade_jax.envs.ir.program import (
   TPL_SOLUTION,
   EnvProgram,
   ProgramConfig,
-  ProgramError,
-  check_program,
   empty_program,
   program_from_arrays,
 )
 from spade_jax.envs.ir.text import (
   TemplateError,
   compile_template,
-  template_items,
   tokenizer_constants,
 )
 
@@ -100,7 +97,7 @@ _INT = re.compile(r"-?[0-9]+")
 
 
 _LABEL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
-_ORDER = ("first", "last")  # answer_mode[1]
+ANSWER_ORDER = ("first", "last")  # answer_mode[1]
 _KEYWORDS = ("turns", "table", "reset", "step", "answer", "parse", "obssel", "obs", "hint", "case")
 # Grammar: stage -> {statement: next stage}; instructions are allowed in reset/step.
 _NEXT = {
@@ -120,7 +117,7 @@ _EXPECT = {
   for k, v in _NEXT.items()
 }
 
-_OUTCOMES = ("go", "stop", "trunc")  # a case's stop flag 0, 1, 2
+OUTCOMES = ("go", "stop", "trunc")  # a case's stop flag 0, 1, 2
 
 
 class AssemblyError(ValueError):
@@ -348,9 +345,12 @@ class _Assembler:
 
   def parse_mode(self, line):
     names = GRAMMAR_NAMES[1:]
-    if len(line.words) != 3 or line.words[1] not in names or line.words[2] not in _ORDER:
+    if len(line.words) != 3 or line.words[1] not in names or line.words[2] not in ANSWER_ORDER:
       raise line.error(f"expected 'parse {'|'.join(names)} first|last'")
-    self.arr["answer_mode"][:] = (GRAMMAR_NAMES.index(line.words[1]), _ORDER.index(line.words[2]))
+    self.arr["answer_mode"][:] = (
+      GRAMMAR_NAMES.index(line.words[1]),
+      ANSWER_ORDER.index(line.words[2]),
+    )
 
   def case(self, line):
     if len(line.words) < 5:
@@ -364,9 +364,9 @@ class _Assembler:
       raise line.error(
         f"reward {reward[1]} outside [-{REWARD_SCALE}, {REWARD_SCALE}] (thousandths)"
       )
-    if line.words[3] not in _OUTCOMES:
+    if line.words[3] not in OUTCOMES:
       raise line.error(f"expected 'stop', 'go' or 'trunc', got {line.words[3]!r}")
-    self.arr["cases"][i] = (*pred, *reward, _OUTCOMES.index(line.words[3]))
+    self.arr["cases"][i] = (*pred, *reward, OUTCOMES.index(line.words[3]))
     self.rows["case"].append(line.number)
     self.template(line, TPL_CASE0 + i, self.items(line, line.words[4:]))
 
@@ -456,67 +456,3 @@ def assemble(text: str, tokenizer, cfg: ProgramConfig = DEFAULT_CONFIG) -> EnvPr
 
 
 # ----------------------------------------------------------------------------- disassembly
-def _operand(mode: int, val: int, cfg: ProgramConfig) -> str:
-  if mode == MODE_IMM:
-    return str(val)
-  if mode == MODE_REG:
-    return f"r{val}" if val < cfg.n_regs else SPECIALS[val - cfg.n_regs]
-  if mode == MODE_LIST:
-    return f"l{val}" if val < cfg.n_lists else "lguess"
-  return f"t{val}"
-
-
-def _items_text(items, cfg) -> str:
-  words = []
-  for kind, val in items:
-    if kind == "text":
-      words.append(json.dumps(val, ensure_ascii=False))
-    else:
-      words.append(_operand(MODE_REG if kind == "reg" else MODE_LIST, val, cfg))
-  return " ".join(words)
-
-
-def disassemble(program: EnvProgram, tokenizer, cfg: ProgramConfig = DEFAULT_CONFIG) -> str:
-  """`EnvProgram` -> canonical assembly text (``assemble`` of it gives the same arrays)."""
-  p = EnvProgram(**{k: np.asarray(v) for k, v in vars(program).items()})
-  out = [f"turns {int(p.max_turns)}"]
-  for i in range(cfg.n_tables):
-    n = int(p.table_len[i])
-    if n:
-      out.append(f"table t{i} " + " ".join(str(int(v)) for v in p.tables[i, :n]))
-  names = list(OPS)
-  for section, code in (("reset", p.reset_code), ("step", p.step_code)):
-    out.append(section)
-    for row in code:
-      if row[0] == 0:
-        break
-      name = names[int(row[0])]
-      dst_kind, arg_kinds = OPS[name]
-      words = [name]
-      if dst_kind != "-":
-        words.append(_operand(MODE_REG if dst_kind == "r" else MODE_LIST, int(row[1]), cfg))
-      words += [
-        _operand(int(row[2 + 2 * j]), int(row[3 + 2 * j]), cfg) for j in range(len(arg_kinds))
-      ]
-      out.append(" ".join(words))
-  kind, idx = int(p.answer[0]), int(p.answer[1])
-  out.append("answer " + (f"r{idx}" if kind == ANSWER_INT else f"l{idx}"))
-  grammar, last = (int(x) for x in p.answer_mode)
-  if grammar:
-    out.append(f"parse {GRAMMAR_NAMES[grammar]} {_ORDER[last]}")
-  if int(p.obs_select[0]) != MODE_NONE:
-    out.append("obssel " + _operand(int(p.obs_select[0]), int(p.obs_select[1]), cfg))
-  alts = [template_items(p, cfg.obs_template(j), tokenizer) for j in range(cfg.n_obs)]
-  while len(alts) > 1 and not alts[-1]:
-    alts.pop()
-  out += ["obs " + _items_text(items, cfg) for items in alts]
-  hint = template_items(p, TPL_HINT, tokenizer)
-  if hint:
-    out.append("hint " + _items_text(hint, cfg))
-  for i in range(int(p.n_cases)):
-    pm, pv, rm, rv, stop = (int(x) for x in p.cases[i])
-    out.append(
-      f"case {_operand(pm, pv, cfg)} {_operand(rm, rv, cfg)} "
-      f"{_OUTCOMES[stop]} " + _items_text(template_items(p, TPL_CASE0 + i, tokenizer), cfg)
-    )
-  return "\n".join(out) + "\n"

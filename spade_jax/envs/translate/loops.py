@@ -232,7 +232,7 @@ def slice(self, base, sl, node):
     r = self.e.temp_list()
     self.e.emit("clear", r)
     for k in idx:
-      self._push_get(r, lst.reg, k)
+      self.push_get(r, lst.reg, k)
     return Lst(r, len(idx))
   if step not in (None, 1):
     if step == -1 and lo is None and hi is None:
@@ -252,11 +252,11 @@ def slice(self, base, sl, node):
   start = self.clamp_index(lo, n, node)
   stop = self.clamp_index(hi, n, node) if hi is not None else n
   self.e.emit("clear", r)
-  self.count_loop(start, stop, lambda i: self._push_get(r, lst.reg, i))
+  self.count_loop(start, stop, lambda i: self.push_get(r, lst.reg, i))
   return Lst(r)
 
 
-def _push_get(self, dst, src, i):
+def push_get(self, dst, src, i):
   t = self.e.temp()
   self.e.emit("get", t, src, i)
   self.e.emit("push", dst, t)
@@ -292,7 +292,7 @@ def count_loop(self, start, stop, body) -> None:
 def extend(self, dst: str, src: Lst, node) -> None:
   n = self.e.temp()
   self.e.emit("len", n, src.reg)
-  self.count_loop(0, n, lambda i: self._push_get(dst, src.reg, i))
+  self.count_loop(0, n, lambda i: self.push_get(dst, src.reg, i))
 
 
 def expr_ListComp(self, node):
