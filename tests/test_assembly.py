@@ -10,7 +10,7 @@ from envs_fixtures import tokenizer
 
 from spade_jax.envs.ir.assembly import AssemblyError, assemble
 from spade_jax.envs.ir.disassembly import disassemble
-from spade_jax.envs.ir.program import OPS, SPECIALS
+from spade_jax.envs.ir.program import OPS, SPECIALS, ProgramConfig
 from spade_jax.envs.library import FAMILIES
 
 GOOD = r"""# guess the number
@@ -106,7 +106,7 @@ ERRORS = [  # (program text, line, message fragment)
 @pytest.mark.parametrize("text,line,fragment", ERRORS)
 def test_errors_name_the_line_and_the_problem(text, line, fragment):
   with pytest.raises(AssemblyError) as e:
-    assemble(text, tokenizer("tiny"))
+    assemble(text, tokenizer("tiny"), ProgramConfig())  # the small straight-line machine
   msg = str(e.value)
   assert msg.startswith(f"line {line}: "), msg
   assert fragment in msg, msg

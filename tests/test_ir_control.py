@@ -25,6 +25,7 @@ from spade_jax.envs.ir.program import (
   MODE_REG,
   OPCODE,
   STRAIGHT_LINE_OPS,
+  ProgramConfig,
   make_action,
   program_from_arrays,
   stack_programs,
@@ -242,7 +243,7 @@ def test_obs_alternatives_round_trip_and_limits(tok):
   assert [int(v) for v in imm.obs_select] == [1, 0]  # MODE_IMM, 0: printed back as 'obssel 0'
   assert "obssel 0" in disassemble(imm, tok, CFG)
   with pytest.raises(AssemblyError, match="more than 1 observation templates"):
-    assemble(OBS.replace("SEL", "1"), tok, DEFAULT_CONFIG)
+    assemble(OBS.replace("SEL", "1"), tok, ProgramConfig())
 
 
 def test_arrays_saved_without_obs_select_load(tok):

@@ -17,6 +17,7 @@ from spade_jax.envs.ir.program import (
   MODE_REG,
   MODE_TABLE,
   OPCODE,
+  TPL_CASE0,
   EnvProgram,
   stack_programs,
 )
@@ -66,7 +67,7 @@ def _corruptions(p: EnvProgram):
     ),
     (
       "register range",
-      _set(_set(p, "reset_code", (0, 2), MODE_REG), "reset_code", (0, 3), 99),
+      _set(_set(p, "reset_code", (0, 2), MODE_REG), "reset_code", (0, 3), CFG.n_regfile + 3),
       "reset instruction 0: operand out of range",
     ),
     (
@@ -87,7 +88,7 @@ def _corruptions(p: EnvProgram):
     ("table padding", _set(p, "tables", (3, 5), 1), "table 3:"),
     ("max_turns", p.replace(max_turns=np.int32(0)), "max_turns"),
     ("n_cases", p.replace(n_cases=np.int32(0)), "n_cases"),
-    ("stop flag", _set(p, "cases", (0, 4), 2), "case 0: bad"),
+    ("stop flag", _set(p, "cases", (0, 4), 3), "case 0: bad"),
     ("reward", _set(p, "cases", (0, 3), 5000), "case 0: immediate reward"),
     ("answer", _set(p, "answer", 1, CFG.n_regs), "answer:"),
     ("token id", _set(p, "tpl_ids", (0, 0), vocab), "template 0: token id"),
@@ -99,8 +100,8 @@ def _corruptions(p: EnvProgram):
     ("tail length", _set(p, "tpl_tail_len", (0, 0, 0), CFG.tail_len + 1), "template 0: sign tail"),
     (
       "unused case template",
-      _set(p, "tpl_len", CFG.n_templates - 1, 1),
-      f"template {CFG.n_templates - 1}: belongs to an unused case",
+      _set(p, "tpl_len", TPL_CASE0 + CFG.n_cases - 1, 1),
+      f"template {TPL_CASE0 + CFG.n_cases - 1}: belongs to an unused case",
     ),
     ("digit ids", _set(p, "digit_ids", 3, -1), "tokenizer tables"),
   ]

@@ -125,7 +125,8 @@ def test_first_templates_render_like_encode(preamble):
     want_plain = preamble + text.items_text(obs, regs, lists)
     want_hint = want_plain + HINT_SEPARATOR + text.items_text(hint, regs, lists)
     consts = {k: np.asarray(getattr(program, k)) for k in ("digit_ids", "sep_ids", "sep_len")}
-    for v, want in enumerate((want_plain, want_hint)):
+    n_obs = spec.program_cfg.n_obs  # one plain and one hinted template per observation template
+    for v, want in ((0, want_plain), (n_obs, want_hint)):
       tpl = {
         "ids": first.tpl_ids[v],
         "len": first.tpl_len[v],
@@ -141,5 +142,6 @@ def test_program_without_hint_gets_no_hint_line():
   spec = RolloutSpec.make(tok, ChatFraming.from_tokenizer(tok), max_context=512)
   src = 'turns 2\nreset\nrand r0 1 9\nstep\nanswer r0\nobs "Say " r0 "."\ncase 1 0 go "x"\n'
   first = first_templates(assemble(src, tok), tok, spec)
-  np.testing.assert_array_equal(first.tpl_ids[0], first.tpl_ids[1])
-  np.testing.assert_array_equal(first.tpl_slots[0], first.tpl_slots[1])
+  n_obs = spec.program_cfg.n_obs
+  np.testing.assert_array_equal(first.tpl_ids[0], first.tpl_ids[n_obs])
+  np.testing.assert_array_equal(first.tpl_slots[0], first.tpl_slots[n_obs])

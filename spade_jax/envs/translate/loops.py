@@ -311,9 +311,9 @@ def comprehension(self, node, how):
 
   def push():
     pushes[0] += 1
-    self._push_value(r, node.elt, node)
+    self.push_value(r, node.elt, node)
 
-  self._comp_loops(node.generators, push, node)
+  self.comp_loops(node.generators, push, node)
   static = self.dynamic_loops == dynamic and not any(g.ifs for g in node.generators)
   return Lst(r, pushes[0] if static else None)
 
@@ -346,7 +346,7 @@ def reduce_comprehension(self, node, how: str):
     e.emit("sel", acc, seen, t, x)
     e.emit("set", seen, 1)
 
-  self._comp_loops(node.generators, inner, node)
+  self.comp_loops(node.generators, inner, node)
   if how in ("min", "max"):  # ValueError on an empty sequence: fault as Python raises
     ok, empty, t = e.new_label(), e.temp_list(), e.temp()
     e.emit("jnz", seen, ok)
@@ -356,14 +356,14 @@ def reduce_comprehension(self, node, how: str):
   return Int(acc, how in ("any", "all"))
 
 
-def _push_value(self, r, elt, node):
+def push_value(self, r, elt, node):
   v = self.expr(elt)
   if isinstance(v, bool):
     v = int(v)
   self.e.emit("push", r, self.operand(self.as_int(v, node), node))
 
 
-def _comp_loops(self, gens, inner, node):
+def comp_loops(self, gens, inner, node):
   g = gens[0]
   if g.is_async:
     raise Refusal("async comprehension", node)
@@ -382,7 +382,7 @@ def _comp_loops(self, gens, inner, node):
         elif c is not True:
           self.e.emit("jz", c, skip)
       if len(gens) > 1:
-        self._comp_loops(gens[1:], inner, node)
+        self.comp_loops(gens[1:], inner, node)
       else:
         inner()
       self.e.place(skip)

@@ -55,6 +55,7 @@ class Lowered:
   max_turns: int
   answer_parse: set
   n_cases: int
+  line: int = 0  # the environment class's line (for refusals found after lowering)
 
 
 class EnvLowering:
@@ -108,7 +109,7 @@ class EnvLowering:
     if all(self.globals.get(k) == Pattern(v) for k, v in consts.items()):
       for name in parsers:
         self.globals[name] = BoxedIntsParser()
-    cls = classes[0]
+    cls = self.cls = classes[0]
     if cls.bases or cls.decorator_list:
       raise Refusal(f"class {cls.name} has base classes or decorators", cls)
     for n in cls.body:
@@ -356,7 +357,10 @@ class EnvLowering:
     if answer2 != answer:
       raise Refusal("solution() lowers differently after step()", self.methods["solution"])
     cases = self.cases(result, step)
-    e.check_fits()
+    try:
+      e.check_fits()
+    except Refusal as ex:
+      raise Refusal(ex.msg, self.cls) from None
     lines = [f"turns {self.cfg.max_turns_cap}"] + e.section_text()
     lines.append(f"answer {answer}")
     if self.grammar is not None:
@@ -369,12 +373,16 @@ class EnvLowering:
       lines.append(template_line("obs", alt or ("",)))
     lines += cases
     parse = {"regex"} if self.regex else {"reference"}
-    return Lowered("\n".join(lines) + "\n", self.cfg.max_turns_cap, parse, len(cases))
+    return Lowered(
+      "\n".join(lines) + "\n", self.cfg.max_turns_cap, parse, len(cases), self.cls.lineno
+    )
 
   def as_top_text(self, value, node) -> Text:
     t = self.v.as_text(value, node)
-    if len(t.alts) > self.cfg.n_obs if hasattr(self.cfg, "n_obs") else len(t.alts) > 1:
-      raise Refusal(f"the observation has {len(t.alts)} templates, more than the interpreter's")
+    if len(t.alts) > self.cfg.n_obs:
+      raise Refusal(
+        f"the observation has {len(t.alts)} templates, more than the interpreter's", node
+      )
     if t.sel is not None and not isinstance(t.sel, str):
       t = Text(t.alts, None)
     if isinstance(t.sel, str):

@@ -142,7 +142,8 @@ def translate(
         what = "the hint"
       except AssemblyError:
         pass
-    return Translation(None, f"{what} does not build: {e}", text, parse)
+    where = f"line {low.line}: " if what == "the lowered program" and low.line else ""
+    return Translation(None, f"{where}{what} does not build: {e}", text, parse)
   return Translation(program, "", text, parse, low.max_turns)
 
 

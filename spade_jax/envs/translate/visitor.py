@@ -322,8 +322,8 @@ class Visitor:
   expr_GeneratorExp = loops.expr_GeneratorExp
   comprehension = loops.comprehension
   reduce_comprehension = loops.reduce_comprehension
-  _push_value = loops._push_value
-  _comp_loops = loops._comp_loops
+  push_value = loops.push_value
+  comp_loops = loops.comp_loops
   shadowed = exprs.shadowed
   lookup = exprs.lookup
   expr = exprs.expr
