@@ -29,9 +29,9 @@ from spade_jax.envs.translate.kinds import (
   Rng,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.stdlib import module_call, random_call, re_call
 from spade_jax.envs.translate.texts import Slot, Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 _IDENTITY_STR = frozenset({"strip", "lower", "upper", "lstrip", "rstrip"})
 

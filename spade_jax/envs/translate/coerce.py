@@ -14,8 +14,8 @@ from spade_jax.envs.translate.kinds import (
   Milli,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Slot, Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 
 # -------------------------------------------------------------------------------- truth

@@ -16,8 +16,8 @@ from spade_jax.envs.translate.kinds import (
   Milli,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 _CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 _PY_CMP = {

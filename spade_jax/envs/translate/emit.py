@@ -19,7 +19,7 @@ import contextlib
 import json
 
 from spade_jax.envs.ir.program import ProgramConfig
-from spade_jax.envs.translate.values import Refusal
+from spade_jax.envs.translate.refusal import Refusal
 
 
 class RegFile:

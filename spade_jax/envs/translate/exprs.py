@@ -27,8 +27,8 @@ from spade_jax.envs.translate.kinds import (
   SelfRef,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 _ARITH = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "div", ast.Mod: "mod"}
 _CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}

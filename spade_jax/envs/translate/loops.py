@@ -18,8 +18,8 @@ from spade_jax.envs.translate.kinds import (
   Var,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Slot, Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 MAX_UNROLL = 16  # constant tuples of other values are unrolled up to this length
 

@@ -40,8 +40,8 @@ from spade_jax.envs.translate.kinds import (
   Var,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Slot, Text
-from spade_jax.envs.translate.values import Refusal, snippet
 from spade_jax.envs.translate.visitor import Frame, Visitor
 
 _MODULES = ("random", "re", "math", "string")

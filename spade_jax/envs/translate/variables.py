@@ -17,8 +17,8 @@ from spade_jax.envs.translate.kinds import (
   Var,
   is_const,
 )
+from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Text, TextVar
-from spade_jax.envs.translate.values import Refusal, snippet
 
 
 def outcomes(done, trunc) -> tuple[int, ...]:
