@@ -101,6 +101,32 @@ _LIST_RE = re.compile(
 )  # fmt: skip
 
 
+BOX = 5  # the device grammar "box": any content up to the first "}" (`parse.GRAMMAR_NAMES`)
+_BOX_REF = re.compile(r"\\boxed\{([^}]*)\}")
+
+
+def is_box_pattern(pattern: str) -> bool:
+  """The pattern captures a box's whole content (``([^}]*)`` and equivalents on the probes; a
+  pattern that only differs on empty boxes or a ``{`` inside, like ``([^{}]+)``, too -- marked
+  approximate): the device's "box" grammar; ``int()`` of the group succeeds where the content
+  is an int."""
+  try:
+    rx = re.compile(pattern)
+  except re.error:
+    return False
+  if rx.groups != 1:
+    return False
+  texts = [p for p in _PROBES if "{}" not in p and "\\boxed{\\boxed" not in p]
+  texts += ["\\boxed{ 7 } and \\boxed{x}", "\\boxed{+3}"]
+  for t in texts:
+    a, b = rx.search(t), _BOX_REF.search(t)
+    if (a is None) != (b is None) or (a is not None and a.group(1) != b.group(1)):
+      return False
+    if [g if isinstance(g, str) else g[0] for g in rx.findall(t)] != _BOX_REF.findall(t):
+      return False
+  return True
+
+
 def list_groups(pattern: str) -> int | None:
   """``k >= 2`` for a ``\\boxed{a, b, ...}`` pattern of ``k`` signed int groups separated by
   commas (optional spaces), else None. Its matches are read from the device parser's int list

@@ -7,6 +7,7 @@ import ast
 import builtins as py_builtins
 
 from spade_jax.envs.translate import texts as tx
+from spade_jax.envs.translate.answers import BOX
 from spade_jax.envs.translate.coerce import kind_name
 from spade_jax.envs.translate.kinds import (
   ActionText,
@@ -126,6 +127,9 @@ def _builtin(v, name, args, kwargs, node):
     a = args[0]
     if isinstance(a, Group):
       v.env.use_grammar(a.grammar, a.last, node)
+      if a.grammar == BOX:  # int() of a box's content: ValueError unless it holds an int
+        v.raise_unless("nguess", "ValueError", node)
+        return Int("guess")
       if a.grammar == 0:
         r = e.temp()
         e.emit("get", r, "lguess", a.index)
@@ -257,8 +261,14 @@ def _method(v, m: Method, args, kwargs, node):
     return v.dict_get(obj, args[0], node, args[1] if len(args) == 2 else None, True)
   if isinstance(obj, ActionText) and m.name in _IDENTITY_STR:
     return obj
-  if isinstance(obj, Group) and m.name in ("strip",):
+  if isinstance(obj, Group) and m.name in ("strip", "lstrip", "rstrip") and not args:
     return obj
+  if isinstance(obj, Group) and obj.grammar == BOX and m.name == "isdigit" and not args:
+    v.env.use_grammar(BOX, obj.last, node)  # an int without a sign (approximately: "+5")
+    r = e.temp()
+    e.emit("ge", r, "guess", 0)
+    e.emit("and", r, r, "nguess")
+    return Int(r, True)
   if isinstance(obj, str) and all(is_const(a) for a in args) and not kwargs:
     if m.name == "join" and len(args) == 1:
       return obj.join(args[0])

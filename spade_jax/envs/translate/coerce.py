@@ -11,6 +11,7 @@ from spade_jax.envs.translate.kinds import (
   Int,
   Lst,
   Match,
+  MaybeInt,
   Milli,
   is_const,
 )
@@ -34,6 +35,11 @@ def truth(self, v, node):
     return v.reg
   if isinstance(v, Match):
     return self.match_found(v, node)
+  if isinstance(v, MaybeInt):
+    r = self.e.temp()
+    self.e.emit("ne", r, v.reg, 0)
+    self.e.emit("and", r, r, v.present)
+    return r
   if isinstance(v, Lst):
     r = self.e.temp()
     self.e.emit("len", r, v.reg)
@@ -49,6 +55,8 @@ def truth(self, v, node):
 # --------------------------------------------------------------------------------- coerce
 def as_int(self, v, node) -> Int | int:
   v = self.read_var(v)
+  if isinstance(v, MaybeInt):  # used as an int: None would have raised in Python
+    return Int(v.reg)
   if isinstance(v, Digits):
     raise Refusal(f"`{snippet(node)}`: a digit character used as a number (use int())", node)
   if isinstance(v, bool):
@@ -159,7 +167,7 @@ def minmax(self, name, vals):
 def match_found(self, m: Match, node) -> str:
   self.env.use_grammar(m.grammar, None, node)
   if m.groups == 1 and m.lo is None:
-    return "found"
+    return m.test
   if m.groups == 1:  # an approximate grammar: the value must be in its range
     r, t = self.e.temp(), self.e.temp()
     self.e.emit("ge", r, "guess", m.lo)

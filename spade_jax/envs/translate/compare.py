@@ -13,6 +13,7 @@ from spade_jax.envs.translate.kinds import (
   Int,
   Lst,
   Match,
+  MaybeInt,
   Milli,
   is_const,
 )
@@ -55,6 +56,8 @@ def compare(self, op, a, b, node):
   if isinstance(op, ast.Is | ast.IsNot):
     if b is not None:
       raise Refusal(f"`{snippet(node)}`: `is` only with None", node)
+    if isinstance(a, MaybeInt):
+      return a.present if isinstance(op, ast.IsNot) else self.negate(a.present)
     if isinstance(a, Match | AnswerInts):
       c = "found" if isinstance(a, AnswerInts) else self.match_found(a, node)
       return c if isinstance(op, ast.IsNot) else self.negate(c)

@@ -21,6 +21,15 @@ class Int:
 
 
 @dataclasses.dataclass(frozen=True)
+class MaybeInt:
+  """An int or None (a helper that returns None on some paths): ``present`` is 1 when it holds
+  an int."""
+
+  reg: str
+  present: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Milli:
   reg: str
 
@@ -108,6 +117,7 @@ class Match:
   groups: int = 1  # > 1: a comma list of ints (grammar 0, the device's int list)
   lo: int | None = None  # an approximate grammar's value range (`answers.approximate_grammar`)
   hi: int | None = None
+  test: str = "found"  # the special its truth reads ("nguess": an int was found in the box)
 
 
 @dataclasses.dataclass(frozen=True)

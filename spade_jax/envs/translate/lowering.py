@@ -365,6 +365,8 @@ class EnvLowering:
     lines.append(f"answer {answer}")
     if self.grammar is not None:
       g, last = self.grammar
+      if g >= len(GRAMMAR_NAMES):
+        raise Refusal(f"the device parser has no answer grammar {g}", self.cls)
       if g:
         lines.append(f"parse {GRAMMAR_NAMES[g]} {'last' if last else 'first'}")
     if obs_sel is not None:

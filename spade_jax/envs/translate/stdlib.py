@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import ast
 
-from spade_jax.envs.translate.answers import approximate_grammar, grammar_of, list_groups
+from spade_jax.envs.translate.answers import (
+  BOX,
+  approximate_grammar,
+  grammar_of,
+  is_box_pattern,
+  list_groups,
+)
 from spade_jax.envs.translate.kinds import (
   ActionText,
+  Group,
   Int,
   It,
   Lst,
@@ -115,10 +122,17 @@ def re_call(v, name, args, node):
   pattern, text = args
   if isinstance(pattern, Pattern):
     pattern = pattern.text
+  if name == "fullmatch" and isinstance(text, Group) and text.grammar == BOX:
+    if isinstance(pattern, str) and grammar_of(r"\\boxed\{(" + pattern + r")\}") in (1, 3):
+      v.env.regex = True  # "is the box's content an int": what int() accepts (approximately)
+      return Match(BOX, False, test="nguess")
   if not isinstance(text, ActionText):
     raise Refusal(f"`{snippet(node)}`: regular expressions only parse the step's action", node)
   if name in ("match", "fullmatch"):
     raise Refusal(f"`re.{name}` on the action (only search / findall of a \\boxed{{}})", node)
+  if isinstance(pattern, str) and is_box_pattern(pattern):
+    v.env.regex = True
+    return Match(BOX, name == "findall")
   g = grammar_of(pattern) if isinstance(pattern, str) else None
   k = list_groups(pattern) if g is None else None
   v.env.regex = True

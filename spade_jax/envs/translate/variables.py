@@ -12,6 +12,7 @@ from spade_jax.envs.translate.kinds import (
   Int,
   ListLit,
   Lst,
+  MaybeInt,
   Milli,
   SelfRef,
   Var,
@@ -169,6 +170,18 @@ def write_var(self, var: Var, value, node, home: bool = False) -> None:
     value = self.read_var(value)
   if isinstance(value, Digits):
     value = value.value
+  if var.kind == "maybe":
+    reg, present = var.ref
+    if value is None:
+      e.emit("set", present, 0)
+      e.emit("set", reg, 0)
+    elif isinstance(value, MaybeInt):
+      e.emit("set", present, value.present)
+      e.emit("set", reg, value.reg)
+    else:
+      e.emit("set", reg, self.operand(self.as_int(value, node), node))
+      e.emit("set", present, 1)
+    return
   if var.kind == "int":
     if isinstance(value, float | Milli):
       raise Refusal(f"`{snippet(node)}`: a variable holds an int and a float", node)
@@ -218,6 +231,8 @@ def read_var(self, var):
     return Milli(var.ref)
   if var.kind == "list":
     return Lst(var.ref, var.length)
+  if var.kind == "maybe":
+    return MaybeInt(*var.ref)
   if var.kind == "text":
     return var.ref.value()
   if var.kind == "tuple":

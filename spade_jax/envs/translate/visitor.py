@@ -17,6 +17,7 @@ import ast
 from spade_jax.envs.translate import coerce, exprs, loops, variables
 from spade_jax.envs.translate import compare as comparisons
 from spade_jax.envs.translate.kinds import (
+  Int,
   SelfRef,
   Var,
   is_const,
@@ -50,6 +51,8 @@ class Frame:
     self.result = None  # a Var (or nested tuple of Vars) once the first return is seen
     self.direct = None  # the value of a single trailing return
     self.loops: list[tuple[str, str]] = []  # (continue label, break label)
+    self.handlers: list[str] = []  # labels of the enclosing `try` handlers
+    self.optional = False  # returns None on some path and a value on another
     self.multi: set[str] = set()  # names assigned more than once or in a loop
     self.resized: set[str] = set()  # list names whose length changes (append, pop ...)
     self.sites: dict[str, int] = {}  # assignment sites per name
@@ -102,6 +105,10 @@ def _assigned_names(body) -> tuple[set[str], set[str], dict[str, int]]:
   walk(body, False, False)
   multi |= {n for n, c in counts.items() if c > 1}
   return set(counts) - multi, multi, counts
+
+
+def _is_none(node) -> bool:
+  return isinstance(node, ast.Constant) and node.value is None
 
 
 def _merge_only(var) -> None:
@@ -179,6 +186,9 @@ class Visitor:
         else:
           frame.names[p] = v
       body = fdef.body
+      rets = [n for n in ast.walk(fdef) if isinstance(n, ast.Return)]
+      none = [r for r in rets if r.value is None or _is_none(r.value)]
+      frame.optional = bool(none) and len(none) < len(rets)
       last = body[-1] if body else None
       n_returns = sum(isinstance(n, ast.Return) for n in ast.walk(fdef))
       if n_returns == 1 and isinstance(last, ast.Return):
@@ -275,6 +285,38 @@ class Visitor:
     self.e.emit("jmp", top)
     self.e.place(end)
 
+  def stmt_Try(self, s):
+    """``try`` whose handlers catch ``ValueError`` (or everything): the only exceptions the
+    lowering raises on purpose are `raise_unless`'s (``int()`` of a box's content); the handler
+    runs when one is raised in the body."""
+    if s.orelse or s.finalbody:
+      raise Refusal("`try` with `else` / `finally` is outside the translatable subset", s)
+    for h in s.handlers:
+      names = [] if h.type is None else (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])
+      ok = all(isinstance(n, ast.Name) and n.id in ("ValueError", "Exception") for n in names)
+      if not ok or h.name is not None:
+        raise Refusal(f"`except` of {ast.unparse(h.type) if h.type else '...'}: only ValueError", h)
+    handler, end = self.e.new_label(), self.e.new_label()
+    self.frame.handlers.append(handler)
+    self.region_block(s.body)
+    self.frame.handlers.pop()
+    self.e.emit("jmp", end)
+    self.e.place(handler)
+    self.region_block(s.handlers[0].body)
+    self.e.place(end)
+
+  def raise_unless(self, cond: str, what: str, node) -> None:
+    """Python raises ``what`` here unless ``cond``: jump to the innermost handler, or (no
+    handler) fault as the uncaught exception would end the environment."""
+    if self.frame.handlers:
+      self.e.emit("jz", cond, self.frame.handlers[-1])
+      return
+    ok, empty, t = self.e.new_label(), self.e.temp_list(), self.e.temp()
+    self.e.emit("jnz", cond, ok)
+    self.e.emit("clear", empty)
+    self.e.emit("lmin", t, empty)  # an index fault: Python's uncaught exception
+    self.e.place(ok)
+
   def stmt_Break(self, s):
     if not self.frame.loops:
       raise Refusal("`break` outside a loop", s)
@@ -289,7 +331,11 @@ class Visitor:
     value = self.expr(s.value) if s.value is not None else None
     f = self.frame
     if f.result is None:
-      f.result = self.new_var(value, s)
+      v = self.read_var(value)
+      if f.optional and (v is None or isinstance(v, int | Int)) and not isinstance(v, bool):
+        f.result = Var("maybe", (self.e.local(), self.e.local()))  # an int or None
+      else:
+        f.result = self.new_var(value, s)
       _merge_only(f.result)  # returns meet at the call's end: their texts add up
     self.write_var(f.result, value, s)
     self.e.emit("jmp", f.end)
