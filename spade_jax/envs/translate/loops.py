@@ -14,6 +14,7 @@ from spade_jax.envs.translate.kinds import (
   It,
   Lst,
   Milli,
+  Module,
   Range,
   Var,
   is_const,
@@ -31,6 +32,9 @@ def loop(self, target, iter_node, body, node) -> None:
   body stay templates), else an IR loop over an index ``k`` (a counter, a bound read once, a
   backward jump)."""
   it = self.iterable(iter_node)
+  if isinstance(it, It) and it[0] == "pairs":
+    _pairs(self, target, it, body, node)
+    return
   if not isinstance(it, It):
     items = tuple(it)
     if len(items) > MAX_UNROLL and all(isinstance(x, int) for x in items):
@@ -66,6 +70,48 @@ def loop(self, target, iter_node, body, node) -> None:
   e.place(cont)
   e.emit("add", k, k, 1)
   e.emit("jmp", top)
+  e.place(end)
+
+
+def _pairs(self, target, it, body, node) -> None:
+  """``itertools.combinations(xs, 2)``: ``(xs[i], xs[j])`` for ``i < j``, two nested loops
+  (``continue`` goes to the next pair, ``break`` leaves both)."""
+  e = self.e
+  _, reg = it
+  self.dynamic_loops += 1
+  i, j, n = e.local(), e.local(), e.local()
+  e.emit("len", n, reg)
+  e.emit("set", i, 0)
+  outer, inner, cont, nxt, end = (e.new_label() for _ in range(5))
+  e.place(outer)
+  with e.statement():
+    c = e.temp()
+    e.emit("lt", c, i, n)
+    e.emit("jz", c, end)
+  e.emit("add", j, i, 1)
+  e.place(inner)
+  with e.statement():
+    c = e.temp()
+    e.emit("lt", c, j, n)
+    e.emit("jz", c, nxt)
+  self.frame.loops.append((cont, end))
+
+  def looped():
+    with e.statement():
+      a, b = e.local(), e.local()
+      e.emit("get", a, reg, i)
+      e.emit("get", b, reg, j)
+      self.store(target, (Int(a), Int(b)), node)
+    body()
+
+  self.region_block(looped, loop=True)
+  self.frame.loops.pop()
+  e.place(cont)
+  e.emit("add", j, j, 1)
+  e.emit("jmp", inner)
+  e.place(nxt)
+  e.emit("add", i, i, 1)
+  e.emit("jmp", outer)
   e.place(end)
 
 
@@ -124,6 +170,18 @@ def iterable(self, node):
       r = self.e.temp_list()
       self.e.emit("rev", r, self.as_list(v, node).reg)
       return It(("list", r, self.as_list(v, node).length))
+  if (
+    isinstance(node, ast.Call)
+    and isinstance(node.func, ast.Attribute)
+    and isinstance(node.func.value, ast.Name)
+    and self.lookup(node.func.value.id, node) == Module("itertools")
+    and node.func.attr == "combinations"
+    and len(node.args) == 2
+    and not node.keywords
+  ):
+    if self.read_var(self.expr(node.args[1])) != 2:
+      raise Refusal(f"`{snippet(node)}`: combinations of other sizes than 2", node)
+    return It(("pairs", self.as_list(self.expr(node.args[0]), node).reg))
   v = self.read_var(self.expr(node))
   if isinstance(v, ConstDict):
     return v.keys

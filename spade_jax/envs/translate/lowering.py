@@ -44,7 +44,7 @@ from spade_jax.envs.translate.refusal import Refusal, snippet
 from spade_jax.envs.translate.texts import Slot, Text
 from spade_jax.envs.translate.visitor import Frame, Visitor
 
-_MODULES = ("random", "re", "math", "string")
+_MODULES = ("random", "re", "math", "string", "itertools")
 _RESIZERS = frozenset({"append", "extend", "pop", "insert", "remove", "clear"})
 _OUTCOME_WORD = ("go", "stop", "trunc")
 
