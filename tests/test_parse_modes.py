@@ -1,6 +1,8 @@
 """Answer modes: the device parser's first/last single-int results equal Python's
 ``re.search`` / ``re.findall(...)[-1]`` on the text, the list answer is unchanged, the
-interpreter picks the program's mode, assembly round-trips the ``parse`` line."""
+interpreter picks the program's mode, assembly round-trips the ``parse`` line. Grammar 5
+``box`` is ``re.search(r"\\\\boxed\\{([^}]*)\\}", t)`` / ``findall(...)[-1]`` then ``int()``
+of the stripped content (found, valid, value)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from spade_jax.envs.ir.checks import check_program
 from spade_jax.envs.ir.disassembly import disassemble
 from spade_jax.envs.ir.interpreter import ProgramEnv
 from spade_jax.envs.ir.parse import (
+  BOX,
+  BOX_INVALID,
   GRAMMAR_NAMES,
   GRAMMARS,
   ParseTables,
@@ -30,10 +34,12 @@ from spade_jax.envs.ir.parse import (
   parse_result,
   parse_tokens,
   reduce_token,
+  select_answer,
   text_action,
 )
 from spade_jax.envs.ir.program import (
   DEFAULT_CONFIG,
+  N_ALT,
   SPECIAL_FOUND,
   SPECIAL_GUESS,
   SPECIAL_NGUESS,
@@ -57,20 +63,22 @@ FRAGMENTS = [
   "\n",
   ",",
   "x",
+  "+",
   "12",
   "2147483648",
   "-2147483649",
 ]
 # The env-side regexes, written as translated environments write them (str patterns).
 PY_GRAMMARS = {1: r"-?\d+", 2: r"\d+", 3: r"\s*-?\d+\s*", 4: r"\s*\d+\s*"}
+PY_BOX = re.compile(r"\\boxed\{([^}]*)\}")
 
 
 def _texts(n: int, seed: int, max_frags: int = 10) -> list[str]:
   """Random texts over the fragment alphabet; half the fragments are boxes with random content
   (so every mode is often found, and first != last happens)."""
   rng = random.Random(seed)
-  inner = ["0", "7", "12", "-", " ", "\n", ",", "x", "2147483648", "{", "\\boxed{"]
-  weights = [3, 3, 3, 2, 3, 1, 1, 1, 1, 1, 1]
+  inner = ["0", "7", "12", "-", " ", "\n", ",", "x", "2147483648", "{", "\\boxed{", "+"]
+  weights = [3, 3, 3, 2, 3, 1, 1, 1, 1, 1, 1, 1]
   out = []
   for _ in range(n):
     parts = []
@@ -84,10 +92,22 @@ def _texts(n: int, seed: int, max_frags: int = 10) -> list[str]:
   return out
 
 
-def _python_modes(text: str) -> list[int | None]:
+def _box_int(content: str) -> int | str:
+  """``int(content.strip())`` in a try/except, as environments write it (`BOX_INVALID` when
+  it raises); on these alphabets (no ``_``, ASCII) exactly the documented validity rule."""
+  rule = re.fullmatch(r"[+-]?[0-9]+", content.strip(" \t\n\r\v\f"))
+  try:
+    v = int(content.strip())
+  except ValueError:
+    v = BOX_INVALID
+  assert (rule is not None) == (v != BOX_INVALID), content
+  return v
+
+
+def _python_modes(text: str) -> list[int | str | None]:
   """What a translated environment computes: ``re.search`` (first) / ``re.findall`` (last) with
   a str pattern, ``int()`` of the group (saturated to int32, the documented choice)."""
-  out: list[int | None] = [None] * 8
+  out: list[int | str | None] = [None] * N_ALT
   for g, pat in PY_GRAMMARS.items():
     rx = re.compile(r"\\boxed\{(" + pat + r")\}")
     m, all_ = rx.search(text), rx.findall(text)
@@ -95,6 +115,11 @@ def _python_modes(text: str) -> list[int | None]:
     if m:
       for last, v in ((0, m.group(1)), (1, all_[-1])):
         out[alt_index(g, last)] = min(max(int(v), -(2**31)), 2**31 - 1)
+  m, all_ = PY_BOX.search(text), PY_BOX.findall(text)
+  assert (m is None) == (not all_)
+  if m:
+    for last, v in ((0, _box_int(m.group(1))), (1, _box_int(all_[-1]))):
+      out[alt_index(BOX, last)] = v if v == BOX_INVALID else min(max(v, -(2**31)), 2**31 - 1)
   return out
 
 
@@ -107,8 +132,16 @@ def _run(fn, seqs, width):
     lens[i] = len(s)
   out = jax.tree.map(np.asarray, fn(ids, lens))
   lists = [list(out.values[i][: out.count[i]]) if out.found[i] else None for i in range(len(seqs))]
+  assert not np.any(out.alt_valid & ~out.alt_found)
+  assert np.array_equal(out.alt_valid[:, : 2 * (BOX - 1)], out.alt_found[:, : 2 * (BOX - 1)])
+  assert not np.any(out.alt_value[~out.alt_valid])
   modes = [
-    [int(out.alt_value[i, k]) if out.alt_found[i, k] else None for k in range(8)]
+    [
+      (int(out.alt_value[i, k]) if out.alt_valid[i, k] else BOX_INVALID)
+      if out.alt_found[i, k]
+      else None
+      for k in range(N_ALT)
+    ]
     for i in range(len(seqs))
   ]
   return lists, modes
@@ -120,13 +153,21 @@ def _parser(tables):
 
 def test_reference_examples():
   i = alt_index
+  bad = {i(BOX, 0): BOX_INVALID, i(BOX, 1): BOX_INVALID}
   cases = {
-    "\\boxed{\\boxed{12}}": {i(g, k): 12 for g in (1, 2, 3, 4) for k in (0, 1)},
-    "\\boxed{ 5}": {i(3, 0): 5, i(3, 1): 5, i(4, 0): 5, i(4, 1): 5},
-    "\\boxed{-5}": {i(1, 0): -5, i(1, 1): -5, i(3, 0): -5, i(3, 1): -5},
+    "\\boxed{\\boxed{12}}": {i(g, k): 12 for g in (1, 2, 3, 4) for k in (0, 1)} | bad,
+    "\\boxed{ 5}": {i(3, 0): 5, i(3, 1): 5, i(4, 0): 5, i(4, 1): 5, i(5, 0): 5, i(5, 1): 5},
+    "\\boxed{-5}": {i(1, 0): -5, i(1, 1): -5, i(3, 0): -5, i(3, 1): -5, i(5, 0): -5, i(5, 1): -5},
     "\\boxed{5": {},
-    "\\boxed{x}": {},
+    "\\boxed{x}": bad,
+    "\\boxed{ +7\n}": {i(5, 0): 7, i(5, 1): 7},
+    "\\boxed{{3} \\boxed{+}": bad,
+    "\\boxed{1}\\boxed{x\\boxed{2}": {i(g, k): k + 1 for g in (1, 2, 3, 4) for k in (0, 1)}
+    | {i(5, 0): 1, i(5, 1): BOX_INVALID},
+    "\\boxed{x\\boxed{2} \\boxed{3": {i(g, k): 2 for g in (1, 2, 3, 4) for k in (0, 1)} | bad,
     "First \\boxed{-3}, but finally \\boxed{4}": {
+      i(5, 0): -3,
+      i(5, 1): 4,
       i(1, 0): -3,
       i(1, 1): 4,
       i(2, 0): 4,
@@ -145,12 +186,17 @@ def test_reference_examples():
       i(3, 1): -(2**31),
       i(4, 0): 2**31 - 1,
       i(4, 1): 2**31 - 1,
+      i(5, 0): 2**31 - 1,
+      i(5, 1): -(2**31),
     },
   }
   for text, want in cases.items():
-    assert parse_modes(text) == [want.get(k) for k in range(8)], text
+    assert parse_modes(text) == [want.get(k) for k in range(N_ALT)], text
     assert _python_modes(text) == parse_modes(text), text
-  assert GRAMMARS[0] is None and len(GRAMMAR_NAMES) == len(GRAMMARS) == 5
+  # the documented differences from int(): "_" separators are not accepted
+  assert parse_modes("\\boxed{1_0}")[i(BOX, 0)] == BOX_INVALID and int("1_0") == 10
+  assert GRAMMARS[0] is None and len(GRAMMAR_NAMES) == len(GRAMMARS) + 1 == 6
+  assert GRAMMAR_NAMES[BOX] == "box"
 
 
 def test_reference_equals_str_regexes_on_random_texts():
@@ -165,14 +211,19 @@ def test_one_byte_per_token_agrees_with_python():
   texts = _texts(4096, seed=1)
   seqs = [list(t.encode()) for t in texts]
   lists, modes = _run(fn, seqs, max(len(s) for s in seqs))
-  hits, differ = np.zeros(8, int), np.zeros(4, int)
+  hits, differ = np.zeros(N_ALT, int), np.zeros(N_ALT // 2, int)
+  box_valid = np.zeros(2, int)
   for text, got_list, got in zip(texts, lists, modes):
     assert got == _python_modes(text), (text, got)
     assert got_list == parse_boxed(text, MAX_ITEMS), text
     hits += [v is not None for v in got]
-    differ += [got[k] != got[k + 1] for k in range(0, 8, 2)]
-  # every mode is found in a good share of the texts, and missed in others; first != last
+    box_valid += [isinstance(v, int) for v in got[-2:]]
+    differ += [got[k] != got[k + 1] for k in range(0, N_ALT, 2)]
+  # every mode is found in a good share of the texts, and missed in others; first != last; a
+  # box is valid in a good share of the texts and invalid in others
   assert np.all(hits > 0.1 * len(texts)) and np.all(hits < 0.9 * len(texts)), hits
+  assert np.all(box_valid > 0.1 * len(texts)), box_valid
+  assert np.all(box_valid < hits[-2:] - 0.1 * len(texts)), (box_valid, hits)
   assert np.all(differ > 0.05 * len(texts)), differ
 
 
@@ -196,9 +247,21 @@ def test_random_chunk_vocabulary_reduced_equals_raw():
   reductions of `reduce_token` at work: ws/other runs, repeated classes, pattern letters):
   reduced and unreduced tables give the same modes, equal to Python."""
   rng = random.Random(5)
-  alphabet = list(b"\\boxed{}-, 0123456789\n\tx")
+  alphabet = list(b"\\boxed{}-+, 0123456789\n\tx")
   vocab = [bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(400)]
-  vocab += [b"\\boxed{", b"ed{", b"\\b", b"oxed", b"}}}", b"{{{", b"---5", b"   ", b" \t x "]
+  vocab += [
+    b"\\boxed{",
+    b"ed{",
+    b"\\b",
+    b"oxed",
+    b"}}}",
+    b"{{{",
+    b"---5",
+    b"+5",
+    b"++",
+    b"   ",
+    b" \t x ",
+  ]
   vocab += [f.encode() for f in FRAGMENTS]
   reduced = make_parse_tables(vocab)
   width = max(len(b) for b in vocab)
@@ -246,10 +309,13 @@ case 1 0 go "ok"
 def test_interpreter_picks_the_mode_per_program():
   tok = tokenizer("tiny")
   modes = ["", "parse digits first\n", "parse signed last\n", "parse signed_ws first\n"]
+  modes += ["parse box first\n", "parse box last\n"]
   progs = [assemble(PROGRAM.format(parse=m), tok) for m in modes]
-  assert [np.asarray(p.answer_mode).tolist() for p in progs] == [[0, 0], [2, 0], [1, 1], [3, 0]]
+  want_modes = [[0, 0], [2, 0], [1, 1], [3, 0], [5, 0], [5, 1]]
+  assert [np.asarray(p.answer_mode).tolist() for p in progs] == want_modes
   env = ProgramEnv(CFG)
   texts = ["\\boxed{-3} then \\boxed{ 8 } then \\boxed{6} \\boxed{1, 2}", "\\boxed{x}"]
+  texts += ["\\boxed{ +4 } \\boxed{x\\boxed{2}", "\\boxed{1, 2} \\boxed{-9\t}", "\\boxed{7", ""]
   n = len(progs)
 
   @jax.jit
@@ -263,22 +329,27 @@ def test_interpreter_picks_the_mode_per_program():
     actions = jax.tree.map(lambda x: np.stack([x] * n), act)
     st = jax.device_get(run(stack_programs(progs), actions))
     py = _python_modes(text)
-    want = [parse_boxed(text, MAX_ITEMS), py[alt_index(2, 0)], py[alt_index(1, 1)]]
-    want.append(py[alt_index(3, 0)])
-    for i, w in enumerate(want):
-      if i:
-        w = None if w is None else [w]
+    g0 = parse_boxed(text, MAX_ITEMS)
+    want = [(g0 is not None, g0 or [])]  # (found, the ints the step sees)
+    for g, last in want_modes[1:]:
+      v = py[alt_index(g, last)]
+      want.append((v is not None, [v] if isinstance(v, int) else []))
+    for i, (found, w) in enumerate(want):
       regs = st.regs[i, CFG.n_regs :]
       lguess = st.lists[i, CFG.n_lists]
-      assert bool(regs[SPECIAL_FOUND]) == (w is not None), (text, i)
-      assert int(regs[SPECIAL_NGUESS]) == (0 if w is None else len(w)), (text, i)
+      assert bool(regs[SPECIAL_FOUND]) == found, (text, i)
+      assert int(regs[SPECIAL_NGUESS]) == len(w), (text, i)
       assert int(regs[SPECIAL_GUESS]) == (0 if not w else w[0]), (text, i)
-      assert lguess.tolist() == (w or []) + [0] * (CFG.list_len - len(w or [])), (text, i)
+      assert lguess.tolist() == w + [0] * (CFG.list_len - len(w)), (text, i)
+      assert int(st.list_len[i, CFG.n_lists]) == len(w), (text, i)
   # an Action without alt_* fields (hand-made): single-int modes see no answer
   bare = make_action([7], CFG)[:3]
   actions = jax.tree.map(lambda x: np.stack([x] * n), type(act)(*bare))
   st = jax.device_get(run(stack_programs(progs), actions))
-  assert st.regs[:, CFG.n_regs + SPECIAL_FOUND].tolist() == [1, 0, 0, 0]
+  assert st.regs[:, CFG.n_regs + SPECIAL_FOUND].tolist() == [1, 0, 0, 0, 0, 0]
+  # alt_found without alt_valid (older hand-made actions): valid = found
+  old = text_action("\\boxed{x}", CFG)._replace(alt_valid=None)
+  assert int(select_answer(old, np.array([5, 0])).count) == 1
 
 
 def test_assembly_round_trip_and_errors():
@@ -305,7 +376,8 @@ def test_answer_mode_checked_and_old_arrays_load():
   old = program_from_arrays(arrays)
   assert np.asarray(old.answer_mode).tolist() == [0, 0]
   assert int(check_program(old, CFG, np)[0]) == 0
-  for mode, ok in (([4, 1], True), ([0, 1], False), ([5, 0], False), ([1, 2], False)):
+  modes = ([4, 1], True), ([5, 0], True), ([5, 1], True), ([0, 1], False), ([6, 0], False)
+  for mode, ok in modes + (([1, 2], False), ([-1, 0], False)):
     arrays["answer_mode"] = np.array(mode, np.int32)
     q = program_from_arrays(arrays)
     assert (int(check_program(q, CFG, np)[0]) == 0) == ok, mode

@@ -48,7 +48,9 @@ index of the next instruction (labels are local to their section; forward refere
 ``parse GRAMMAR first|last`` (optional, after ``answer``; sets ``answer_mode``) makes the step
 see one int: the first / last ``\\boxed{...}`` whose content matches GRAMMAR, as Python's
 ``re.search`` / ``re.findall(...)[-1]`` would (see `parse`): ``signed`` ``-?\\d+``, ``digits``
-``\\d+``, ``signed_ws`` ``\\s*-?\\d+\\s*``, ``digits_ws`` ``\\s*\\d+\\s*``. Without it the
+``\\d+``, ``signed_ws`` ``\\s*-?\\d+\\s*``, ``digits_ws`` ``\\s*\\d+\\s*``. ``box`` is
+``re.search(r"\\\\boxed\\{([^}]*)\\}", ...)`` then ``int(group.strip())``: ``found`` says a
+box exists, ``nguess`` is 1 (``guess`` the int) only when the content is an int. Without it the
 answer is the int list of the last box (an invalid last box is no answer).
 
 Every error names the line and the problem. `disassemble` prints the canonical form, which assembles back to the

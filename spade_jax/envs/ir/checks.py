@@ -52,7 +52,7 @@ CHECKS = (
   "case {where}: bad predicate/reward operand or stop flag",
   "case {where}: immediate reward outside [-1000, 1000]",
   "answer: must name a general scalar register or a general list register (answer_mode: "
-  "grammar 0..4, 0 first / 1 last, grammar 0 only with 0)",
+  "grammar 0..5, 0 first / 1 last, grammar 0 only with 0)",
   "template {where}: token id out of range or non-zero padding",
   "template {where}: bad number slot (kind, register, position or order)",
   "template {where}: sign tail longer than tail_len or non-zero padding",
@@ -127,7 +127,7 @@ def check_program(program: EnvProgram, cfg: ProgramConfig, xp=jnp, vocab_size: i
 
 def _answer_mode_ok(mode):
   g, last = mode[0], mode[1]
-  return (g >= 0) & (g <= 4) & ((last == 0) | ((last == 1) & (g > 0)))
+  return (g >= 0) & (g <= 5) & ((last == 0) | ((last == 1) & (g > 0)))
 
 
 def _scalar_operand_ok(mode, val, cfg):

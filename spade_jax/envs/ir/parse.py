@@ -36,13 +36,32 @@ regex to non-ASCII digits or spaces differs). An int outside int32 still counts 
 (the same box Python picks) and its value is *saturated* to ``[-2**31, 2**31 - 1]``: Python's
 big int orders the same against any int32 target, so comparisons and range checks behave as in
 Python except for equality with the two extreme values. Results are indexed
-``alt_index(g, last) = 2 * (g - 1) + last`` in ``Action.alt_found`` / ``Action.alt_value`` [8].
+``alt_index(g, last) = 2 * (g - 1) + last`` in ``Action.alt_found`` / ``alt_value`` /
+``alt_valid`` [N_ALT = 10] (grammars 1..5).
 The extra per-candidate state is one flag (whitespace seen); a closing brace derives the four
 grammar matches from the content DFA (digits/after state, no comma, sign, whitespace) and
 latches first/last values, a few [8]-vector selects per byte class (CPU, 256 x 256 SmolLM2
 tokens: 38 -> 48 ms). The token reductions stay sound: a run containing an "other" byte kills
 the content for every grammar, a whitespace run sets the flag once whatever its length, and a
 repeated sign or comma already rules out a single int.
+
+Grammar 5 ``box`` is what ``m = re.search(r"\\\\boxed\\{([^}]*)\\}", text)`` (first) /
+``re.findall(...)[-1]`` (last) followed by ``int(m.group(1).strip())`` in a try/except
+computes: the content is *anything* up to the first following ``}`` (it may hold ``{`` and
+further ``\\boxed{``, which are then content, as in Python's leftmost non-overlapping
+matches; an unclosed box never matches). Three results per (box, first/last):
+``alt_found`` = the regex matched; ``alt_valid`` = the content, stripped of ASCII whitespace
+``[ \\t\\n\\r\\f\\v]``, fully matches ``[+-]?[0-9]+`` (``int()`` on ASCII text, except that
+``int()`` also accepts ``_`` between digits and strips ``\\x1c``-``\\x1f``, non-ASCII spaces and
+digits: such contents read invalid here); ``alt_value`` = that int, saturated to int32, when
+valid, else 0. For grammars 1..4 ``alt_valid == alt_found``. The Python reference
+`parse_modes` gives `BOX_INVALID` for a box whose content is no int. Device state: whether we
+are inside a box-5 candidate and whether its content held a ``{`` (else it is exactly the
+current list candidate, whose content DFA then decides validity and value), plus a ``+`` flag
+(``+`` is byte class `PLUS`: a sign for ``box`` only, "other" for grammars 0..4), and the
+validity of the first / last box match ([2]; ``alt_valid`` is assembled in `parse_result`). Cost
+(CPU, one XLA thread, process time, 256 x 256 SmolLM2 tokens, min of 15 on a shared machine):
+43.6 -> 48.5 ms (a [N_ALT] validity vector in the state cost 58 ms).
 """
 
 from __future__ import annotations
@@ -54,7 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.ir.program import Action, make_action
+from spade_jax.envs.ir.program import N_ALT, Action, make_action
 
 _WS_BYTES = b" \t\n\r\x0b\x0c"
 _BOXED_B = re.compile(rb"\\boxed\{([^{}]*)\}")
@@ -71,19 +90,25 @@ GRAMMARS = (
   _WS_RE + rb"-?[0-9]+" + _WS_RE,
   _WS_RE + rb"[0-9]+" + _WS_RE,
 )
-GRAMMAR_NAMES = ("list", "signed", "digits", "signed_ws", "digits_ws")
-N_ALT = 2 * (len(GRAMMARS) - 1)  # (grammar 1..4) x (first, last)
+# Grammar 5 ``box``: content ``[^}]*``, valid when it strips to ``[+-]?[0-9]+`` (see above).
+BOX = 5
+BOX_CONTENT = rb"[^}]*"
+BOX_INVALID = "not-an-int"  # `parse_modes`: a box whose content int() rejects
+GRAMMAR_NAMES = ("list", "signed", "digits", "signed_ws", "digits_ws", "box")
+assert N_ALT == 2 * (len(GRAMMAR_NAMES) - 1)  # (grammar 1..5) x (first, last)
 _GRAMMAR_B = [None] + [re.compile(rb"\\boxed\{(" + g + rb")\}") for g in GRAMMARS[1:]]
+_GRAMMAR_B.append(re.compile(rb"\\boxed\{(" + BOX_CONTENT + rb")\}"))
+_BOX_INT_B = re.compile(rb"[+-]?[0-9]+")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def alt_index(grammar: int, last: int) -> int:
-  """Index of (single-int grammar 1..4, 0 first / 1 last) in ``Action.alt_found/alt_value``."""
+  """Index of (grammar 1..5, 0 first / 1 last) in ``Action.alt_found/alt_value/alt_valid``."""
   return 2 * (grammar - 1) + last
 
 
 # Byte classes.
-PAD, WS, OTHER, BSLASH, LB, RB, MINUS, COMMA = 0, 1, 2, 3, 9, 10, 11, 12
+PAD, WS, OTHER, BSLASH, LB, RB, MINUS, COMMA, PLUS = 0, 1, 2, 3, 9, 10, 11, 12, 13
 DIGIT0 = 16
 _PATTERN = (BSLASH, 4, 5, 6, 7, 8, LB)  # \ b o x e d {
 _CLASS_OF = {
@@ -97,6 +122,7 @@ _CLASS_OF = {
   ord("}"): RB,
   ord("-"): MINUS,
   ord(","): COMMA,
+  ord("+"): PLUS,
 }
 # Content DFA states.
 S_START, S_SIGN, S_DIGITS, S_AFTER, S_DEAD = range(5)
@@ -114,19 +140,25 @@ def parse_boxed(text: bytes | str, max_items: int) -> list[int] | None:
   return vals
 
 
-def parse_modes(text: bytes | str) -> list[int | None]:
+def _box_int(content: bytes) -> int | str:
+  body = content.strip(_WS_BYTES)
+  return int(body) if _BOX_INT_B.fullmatch(body) else BOX_INVALID
+
+
+def parse_modes(text: bytes | str) -> list[int | str | None]:
   """Python reference of the single-int modes: ``[alt_index(g, last)] -> int or None`` (the
   value of ``re.search`` (first) / ``re.findall(...)[-1]`` (last) for grammar ``g``, saturated
-  to int32)."""
+  to int32); for ``box`` a match whose content is no int gives `BOX_INVALID`."""
   data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-  out: list[int | None] = [None] * N_ALT
-  for g in range(1, len(GRAMMARS)):
+  out: list[int | str | None] = [None] * N_ALT
+  for g in range(1, len(GRAMMAR_NAMES)):
     found = _GRAMMAR_B[g].findall(data)
     if found:
       m = _GRAMMAR_B[g].search(data)
       assert m is not None and m.group(1) == found[0]
       for last, v in ((0, found[0]), (1, found[-1])):
-        out[alt_index(g, last)] = min(max(int(v), INT32_MIN), INT32_MAX)
+        v = _box_int(v) if g == BOX else int(v)
+        out[alt_index(g, last)] = v if v == BOX_INVALID else min(max(v, INT32_MIN), INT32_MAX)
   return out
 
 
@@ -135,40 +167,47 @@ def text_action(text: bytes | str, cfg) -> Action:
   ``cfg`` a `ProgramConfig`)."""
   act = make_action(parse_boxed(text, cfg.list_len), cfg)
   modes = parse_modes(text)
+  valid = [isinstance(v, int) for v in modes]
   return act._replace(
     alt_found=np.array([v is not None for v in modes]),
-    alt_value=np.array([0 if v is None else v for v in modes], np.int32),
+    alt_value=np.array([v if ok else 0 for v, ok in zip(modes, valid)], np.int32),
+    alt_valid=np.array(valid),
   )
 
 
-def solution_modes(count, values) -> tuple[jnp.ndarray, jnp.ndarray]:
-  """``alt_found, alt_value`` of the text ``\\boxed{v}`` for an answer of ``count`` ints (only
-  a 1-int answer has them; the ``digits`` grammars need ``v >= 0``), as `make_action`."""
+def solution_modes(count, values) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+  """``alt_found, alt_value, alt_valid`` of the text ``\\boxed{v}`` for an answer of ``count``
+  ints (only a 1-int answer has grammars 1..4, the ``digits`` ones need ``v >= 0``; ``box`` is
+  found for any count, valid for one int), as `make_action`."""
   v = jnp.asarray(values, jnp.int32)[0]
   one = jnp.asarray(count) == 1
-  found = jnp.repeat(one & jnp.stack([True, v >= 0, True, v >= 0]), 2)
-  return found, jnp.where(found, v, 0).astype(jnp.int32)
+  valid = jnp.repeat(one & jnp.stack([True, v >= 0, True, v >= 0, True]), 2)
+  found = valid | (jnp.arange(N_ALT) >= alt_index(BOX, 0))
+  return found, jnp.where(valid, v, 0).astype(jnp.int32), valid
 
 
 def select_answer(action: Action, answer_mode) -> Action:
   """The answer a program with ``answer_mode`` (grammar, 0 first / 1 last) sees: the action
-  itself for grammar 0, else the selected single-int result as a 1-int answer (``found`` 0 and
-  ``count`` 0 when absent; an action without ``alt_*`` fields has none)."""
+  itself for grammar 0, else the selected single-int result as a 1-int answer: ``found`` the
+  match (for ``box``: a box exists), ``count`` 1 when its int is valid, else 0 (an action
+  without ``alt_*`` fields has none; one without ``alt_valid`` has valid = found)."""
   mode = jnp.asarray(answer_mode, jnp.int32)
   values = jnp.asarray(action.values, jnp.int32)
   if action.alt_found is None:
-    alt_f, alt_v = jnp.bool_(False), jnp.int32(0)
+    alt_f, alt_ok, alt_v = jnp.bool_(False), jnp.bool_(False), jnp.int32(0)
   else:
     k = jnp.clip(2 * (mode[0] - 1) + jnp.clip(mode[1], 0, 1), 0, N_ALT - 1)
     alt_f = jnp.asarray(action.alt_found, bool)[k]
+    alt_ok = alt_f if action.alt_valid is None else jnp.asarray(action.alt_valid, bool)[k]
     alt_v = jnp.asarray(action.alt_value, jnp.int32)[k]
   use = mode[0] != 0
   return Action(
     jnp.where(use, alt_f, jnp.asarray(action.found, bool)),
-    jnp.where(use, alt_f.astype(jnp.int32), jnp.asarray(action.count, jnp.int32)),
-    jnp.where(use, jnp.zeros_like(values).at[0].set(jnp.where(alt_f, alt_v, 0)), values),
+    jnp.where(use, alt_ok.astype(jnp.int32), jnp.asarray(action.count, jnp.int32)),
+    jnp.where(use, jnp.zeros_like(values).at[0].set(jnp.where(alt_ok, alt_v, 0)), values),
     action.alt_found,
     action.alt_value,
+    action.alt_valid,
   )
 
 
@@ -228,7 +267,11 @@ class ParseState(NamedTuple):
   res_items: jnp.ndarray  # [max_items]
   ws: jnp.ndarray  # [] bool: whitespace seen in this candidate
   alt_found: jnp.ndarray  # [N_ALT] bool: (grammar, first/last) matched so far
-  alt_value: jnp.ndarray  # [N_ALT] int32
+  alt_value: jnp.ndarray  # [N_ALT] int32 (meaningful where alt_valid)
+  box_valid: jnp.ndarray  # [2] bool: the (first, last) ``box`` match is an int
+  plus: jnp.ndarray  # [] bool: this candidate has a "+" sign (only ``box`` accepts it)
+  binside: jnp.ndarray  # [] bool: inside a ``box`` candidate ("\boxed{" up to the next "}")
+  bclean: jnp.ndarray  # [] bool: no "{" in the box content (so it is the list candidate's)
 
 
 def parse_init(max_items: int) -> ParseState:
@@ -236,29 +279,47 @@ def parse_init(max_items: int) -> ParseState:
   f = jnp.bool_(False)
   zi = jnp.zeros(max_items, jnp.int32)
   alt_f, alt_v = jnp.zeros(N_ALT, bool), jnp.zeros(N_ALT, jnp.int32)
-  return ParseState(z, f, z, f, jnp.uint32(0), f, z, zi, f, z, zi, f, alt_f, alt_v)
+  bv = jnp.zeros(2, bool)
+  return ParseState(z, f, z, f, jnp.uint32(0), f, z, zi, f, z, zi, f, alt_f, alt_v, bv, f, f, f)
 
 
-# Which alt results a box satisfying the content DFA as one int matches, by (ws seen, negative):
-# grammars 1 -?d+, 2 d+, 3 s*-?d+s*, 4 s*d+s* each twice (first, last). A table lookup is ~3x
-# cheaper per byte class on CPU than building the mask from the flags.
+# Which alt results a box satisfying the content DFA as one int matches, by (ws seen, "+" sign,
+# negative): grammars 1 -?d+, 2 d+, 3 s*-?d+s*, 4 s*d+s*, 5 s*[+-]?d+s* (given a clean box) each
+# twice (first, last). A table lookup is ~3x cheaper per byte class on CPU than building the
+# mask from the flags.
 _ALT_OK = np.array(
-  [[not ws, not (ws or neg), True, not neg] for ws in (0, 1) for neg in (0, 1)], bool
+  [
+    [not (ws or plus), not (ws or neg or plus), not plus, not (neg or plus), True]
+    for ws in (0, 1)
+    for plus in (0, 1)
+    for neg in (0, 1)
+  ],
+  bool,
 ).repeat(2, axis=1)
 _ALT_IS_LAST = np.arange(N_ALT) % 2 == 1
+_ALT_IS_BOX = np.arange(N_ALT) >= 2 * (BOX - 1)
 
 
-def _latch(st: ParseState, commit) -> tuple[jnp.ndarray, jnp.ndarray]:
-  """``alt_found/alt_value`` after a closing brace (``commit``) of the current candidate."""
-  single = commit & ((st.cs == S_DIGITS) | (st.cs == S_AFTER)) & (st.count == 0)
-  ok = single & jnp.asarray(_ALT_OK)[st.ws.astype(jnp.int32) * 2 + st.neg.astype(jnp.int32)]
+def _latch(st: ParseState, c) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+  """``alt_found/alt_value/box_valid`` after byte class ``c`` (a closing brace commits the
+  current candidates)."""
+  closing = c == RB
+  single = ((st.cs == S_DIGITS) | (st.cs == S_AFTER)) & (st.count == 0)
+  row = st.ws.astype(jnp.int32) * 4 + st.plus.astype(jnp.int32) * 2 + st.neg.astype(jnp.int32)
+  ok = single & jnp.asarray(_ALT_OK)[row]
+  bcommit = st.binside & closing
+  hit = jnp.where(_ALT_IS_BOX, bcommit, st.inside & closing & ok)
   ovf = st.bad | (~st.neg & (st.mag > jnp.uint32(INT32_MAX)))
   signed = jax.lax.bitcast_convert_type(
     jnp.where(st.neg, jnp.uint32(0) - st.mag, st.mag), jnp.int32
   )
   val = jnp.where(ovf, jnp.where(st.neg, INT32_MIN, INT32_MAX), signed).astype(jnp.int32)
-  take = ok & (_ALT_IS_LAST | ~st.alt_found)
-  return st.alt_found | ok, jnp.where(take, val, st.alt_value)
+  take = hit & (_ALT_IS_LAST | ~st.alt_found)
+  return (
+    st.alt_found | hit,
+    jnp.where(take, val, st.alt_value),
+    jnp.where(take[-2:], single & st.bclean, st.box_valid),
+  )
 
 
 def _push(st: ParseState) -> ParseState:
@@ -301,7 +362,9 @@ def _feed_class(st: ParseState, c) -> ParseState:
     [st.cs == S_START, st.cs == S_SIGN, st.cs == S_DIGITS, st.cs == S_AFTER],
     [
       jnp.where(
-        c == WS, S_START, jnp.where(c == MINUS, S_SIGN, jnp.where(is_digit, S_DIGITS, S_DEAD))
+        c == WS,
+        S_START,
+        jnp.where((c == MINUS) | (c == PLUS), S_SIGN, jnp.where(is_digit, S_DIGITS, S_DEAD)),
       ),
       jnp.where(is_digit, S_DIGITS, S_DEAD),
       jnp.where(
@@ -316,21 +379,25 @@ def _feed_class(st: ParseState, c) -> ParseState:
     mag=mag,
     bad=base.bad | ovf,
     neg=jnp.where((st.cs == S_START) & (c == MINUS), True, base.neg),
+    plus=st.plus | ((st.cs == S_START) & (c == PLUS)),
   )
   # Closing brace: close the last int and commit this candidate as the latest answer.
   accept = (st.cs == S_DIGITS) | (st.cs == S_AFTER)
   fin = jax.tree.map(lambda a, b: jnp.where(accept, a, b), _push(st), st)
   commit = st.inside & (c == RB)
-  alt_found, alt_value = _latch(st, commit)
+  alt_found, alt_value, box_valid = _latch(st, c)
   content = content._replace(ws=st.ws | (c == WS))
   out = jax.tree.map(lambda a, b: jnp.where(st.inside & (c != LB) & (c != RB), a, b), content, st)
   out = out._replace(
     alt_found=alt_found,
     alt_value=alt_value,
-    found=jnp.where(commit, accept & ~fin.bad, st.found),
+    box_valid=box_valid,
+    found=jnp.where(commit, accept & ~fin.bad & ~st.plus, st.found),
     res_count=jnp.where(commit, fin.count, st.res_count),
     res_items=jnp.where(commit, fin.items, st.res_items),
     inside=jnp.where(c == LB, opened, jnp.where(c == RB, False, st.inside)),
+    binside=(st.binside | opened) & (c != RB),
+    bclean=(st.bclean & (c != LB)) | (opened & ~st.binside),
     pm=pm,
   )
   fresh = parse_init(st.items.shape[0])
@@ -340,6 +407,7 @@ def _feed_class(st: ParseState, c) -> ParseState:
     mag=jnp.where(opened, jnp.uint32(0), out.mag),
     bad=out.bad & ~opened,
     ws=out.ws & ~opened,
+    plus=out.plus & ~opened,
     count=jnp.where(opened, 0, out.count),
     items=jnp.where(opened, fresh.items, out.items),
   )
@@ -355,15 +423,17 @@ def parse_feed(st: ParseState, token, tables: ParseTables) -> ParseState:
 
 
 def parse_result(st: ParseState) -> Action:
-  """The answer so far: `Action(found, count, values, alt_found, alt_value)` (values
-  zero-padded; ``alt_*`` the single-int modes, see `alt_index`)."""
+  """The answer so far: `Action(found, count, values, alt_found, alt_value, alt_valid)`
+  (values zero-padded; ``alt_*`` the single-int modes, see `alt_index`)."""
   found = st.found
+  valid = jnp.concatenate([st.alt_found[:-2], st.box_valid])
   return Action(
     found,
     jnp.where(found, st.res_count, 0),
     jnp.where(found, st.res_items, jnp.zeros_like(st.res_items)),
     st.alt_found,
-    jnp.where(st.alt_found, st.alt_value, 0),
+    jnp.where(valid, st.alt_value, 0),
+    valid,
   )
 
 

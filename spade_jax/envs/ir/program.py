@@ -199,7 +199,8 @@ class EnvProgram:
   max_turns: jnp.ndarray  # []
   answer: jnp.ndarray  # [2] (ANSWER_INT | ANSWER_LIST, register index)
   # [2] (grammar, 0 first | 1 last): which parsed answer the step sees (`parse.select_answer`);
-  # grammar 0 = the last box's int list (mode 0), 1..4 = a single int (`parse.GRAMMARS`).
+  # grammar 0 = the last box's int list (mode 0), 1..4 = a single int (`parse.GRAMMARS`),
+  # 5 = ``box``: any box content, ``found`` = a box, ``nguess`` 1 when int() accepts it.
   answer_mode: jnp.ndarray
   tpl_ids: jnp.ndarray  # [n_templates, tpl_tokens] literal token ids
   tpl_len: jnp.ndarray  # [n_templates]
@@ -216,6 +217,9 @@ class EnvProgram:
   obs_select: jnp.ndarray  # [2]
 
 
+N_ALT = 10  # single-int answer modes: (grammar 1..5, first/last), `parse.alt_index` order
+
+
 class Action(NamedTuple):
   """A parsed answer: ``found``, how many ints (``count``; 1 for a bare int) and the ints, plus
   the single-int answer modes (`parse.alt_index` order; ``None`` = none found)."""
@@ -223,8 +227,11 @@ class Action(NamedTuple):
   found: jnp.ndarray  # [] bool
   count: jnp.ndarray  # [] int32
   values: jnp.ndarray  # [list_len] int32
-  alt_found: jnp.ndarray | None = None  # [8] bool: (grammar 1..4, first/last) matched
-  alt_value: jnp.ndarray | None = None  # [8] int32 (int32-saturated)
+  alt_found: jnp.ndarray | None = None  # [N_ALT] bool: (grammar 1..5, first/last) matched
+  alt_value: jnp.ndarray | None = None  # [N_ALT] int32 (int32-saturated; 0 unless alt_valid)
+  # [N_ALT] bool: the match's content is an int (== alt_found but for ``box``, grammar 5);
+  # None = alt_found.
+  alt_valid: jnp.ndarray | None = None
 
 
 def empty_program(cfg: ProgramConfig) -> dict[str, np.ndarray]:
@@ -277,14 +284,18 @@ def stack_programs(programs: list[EnvProgram]) -> EnvProgram:
 def make_action(values, cfg: ProgramConfig) -> Action:
   """Host helper: an `Action` from a list of ints (or ``None`` for "no answer"); the single-int
   modes are those of the text ``\\boxed{v}`` for one int ``v`` (``digits`` grammars need
-  ``v >= 0``), none otherwise (`parse.text_action` parses an actual text)."""
+  ``v >= 0``), none otherwise but a ``box`` whose content is no int (`parse.text_action`
+  parses an actual text)."""
   out = np.zeros(cfg.list_len, np.int32)
-  alt_found, alt_value = np.zeros(8, bool), np.zeros(8, np.int32)
+  alt_found, alt_value = np.zeros(N_ALT, bool), np.zeros(N_ALT, np.int32)
+  alt_valid = np.zeros(N_ALT, bool)
   if values is None:
-    return Action(np.bool_(False), np.int32(0), out, alt_found, alt_value)
+    return Action(np.bool_(False), np.int32(0), out, alt_found, alt_value, alt_valid)
   out[: len(values)] = values
+  alt_found[-2:] = True  # the box grammar: a box (valid below for one int)
   if len(values) == 1:
     v = int(values[0])
-    alt_found[:] = np.repeat([True, v >= 0, True, v >= 0], 2)
-    alt_value[alt_found] = v
-  return Action(np.bool_(True), np.int32(len(values)), out, alt_found, alt_value)
+    alt_valid[:] = np.repeat([True, v >= 0, True, v >= 0, True], 2)
+    alt_found |= alt_valid
+    alt_value[alt_valid] = v
+  return Action(np.bool_(True), np.int32(len(values)), out, alt_found, alt_value, alt_valid)
