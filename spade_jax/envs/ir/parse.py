@@ -12,8 +12,8 @@ rollout can update it as each token is sampled and read the answer (`parse_resul
 turn ends, with no pass over the turn. Its state is a finite part -- progress through the
 pattern ``\\boxed{``, whether we are inside a candidate's braces, a 5-state content DFA --
 plus the ints being accumulated. Tokens are fed through a per-tokenizer table of *reduced*
-byte classes (`make_parse_tables`): bytes are mapped to 13 classes (whitespace, other, the
-pattern characters, braces, minus, comma, each digit) and provably equivalent runs are
+byte classes (`make_parse_tables`): bytes are mapped to byte classes (whitespace, other, the
+pattern characters, braces, minus, plus, comma, each digit) and provably equivalent runs are
 collapsed (``ws``/``other`` runs, repeated non-digit classes beyond two, pattern letters that
 cannot extend a match). SmolLM2's 49k tokens reduce to at most 7 classes, so one token is a
 short unrolled loop.
