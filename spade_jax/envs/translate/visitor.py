@@ -24,20 +24,6 @@ from spade_jax.envs.translate.kinds import (
 )
 from spade_jax.envs.translate.refusal import Refusal, snippet
 
-_ARITH = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "div", ast.Mod: "mod"}
-_CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
-_PY_CMP = {
-  "eq": lambda a, b: a == b,
-  "ne": lambda a, b: a != b,
-  "lt": lambda a, b: a < b,
-  "le": lambda a, b: a <= b,
-  "gt": lambda a, b: a > b,
-  "ge": lambda a, b: a >= b,
-}
-_BUILTINS = frozenset(
-  "abs min max int str len sum sorted reversed range enumerate zip list float bool divmod pow "
-  "round any all isinstance print tuple".split()
-)
 MAX_INLINE_DEPTH = 8
 
 
