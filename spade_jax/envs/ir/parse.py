@@ -40,8 +40,7 @@ Python except for equality with the two extreme values. Results are indexed
 ``alt_valid`` [N_ALT = 10] (grammars 1..5).
 The extra per-candidate state is one flag (whitespace seen); a closing brace derives the four
 grammar matches from the content DFA (digits/after state, no comma, sign, whitespace) and
-latches first/last values, a few [8]-vector selects per byte class (CPU, 256 x 256 SmolLM2
-tokens: 38 -> 48 ms). The token reductions stay sound: a run containing an "other" byte kills
+latches first/last values, a few [8]-vector selects per byte class. The token reductions stay sound: a run containing an "other" byte kills
 the content for every grammar, a whitespace run sets the flag once whatever its length, and a
 repeated sign or comma already rules out a single int.
 
@@ -59,9 +58,8 @@ valid, else 0. For grammars 1..4 ``alt_valid == alt_found``. The Python referenc
 are inside a box-5 candidate and whether its content held a ``{`` (else it is exactly the
 current list candidate, whose content DFA then decides validity and value), plus a ``+`` flag
 (``+`` is byte class `PLUS`: a sign for ``box`` only, "other" for grammars 0..4), and the
-validity of the first / last box match ([2]; ``alt_valid`` is assembled in `parse_result`). Cost
-(CPU, one XLA thread, process time, 256 x 256 SmolLM2 tokens, min of 15 on a shared machine):
-43.6 -> 48.5 ms (a [N_ALT] validity vector in the state cost 58 ms).
+validity of the first / last box match ([2]; ``alt_valid`` is assembled in `parse_result`,
+not kept per grammar in the state, which is what each fed token pays for).
 """
 
 from __future__ import annotations

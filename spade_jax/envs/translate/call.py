@@ -48,7 +48,7 @@ def call(v, node):
     if len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp | ast.ListComp):
       if fn.name in ("sum", "min", "max", "any", "all") and not node.keywords:
         return v.reduce_comprehension(node.args[0], fn.name)
-      seq = v.comprehension(node.args[0], "list")
+      seq = v.comprehension(node.args[0])
       return _builtin(v, fn.name, [seq], {}, node)
   if (
     isinstance(fn, Method) and isinstance(fn.obj, str) and fn.name == "join" and len(node.args) == 1

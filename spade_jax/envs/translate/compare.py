@@ -105,7 +105,7 @@ def text_compare(self, name, a, b, node):
   acc: object = False
   for i in hits:
     r = self.e.temp()
-    self.e.emit("eq", r, tx.selector(a, self.e), i)
+    self.e.emit("eq", r, tx.selector(a), i)
     acc = r if acc is False else self.or_(acc, r)
   if name == "ne":
     return self.negate(acc) if acc is not False else True

@@ -70,6 +70,13 @@ class Emitter:
   def emit(self, op: str, *args) -> None:
     self.code[self.section].append(" ".join([op, *(str(a) for a in args)]))
 
+  def exit_unless_less(self, a, b, label: str) -> None:
+    """Jump to ``label`` unless ``a < b`` (a loop's test; its temporary dies here)."""
+    with self.statement():
+      c = self.temp()
+      self.emit("lt", c, a, b)
+      self.emit("jz", c, label)
+
   def new_label(self) -> str:
     self._labels += 1
     return f"@L{self._labels}"

@@ -54,10 +54,7 @@ def loop(self, target, iter_node, body, node) -> None:
     e.emit("set", bound, self.operand(self.length_of(it), node))
   top, cont, end = e.new_label(), e.new_label(), e.new_label()
   e.place(top)
-  with e.statement():
-    c = e.temp()
-    e.emit("lt", c, k, bound)
-    e.emit("jz", c, end)
+  e.exit_unless_less(k, bound, end)
   self.frame.loops.append((cont, end))
 
   def looped():
@@ -84,16 +81,10 @@ def _pairs(self, target, it, body, node) -> None:
   e.emit("set", i, 0)
   outer, inner, cont, nxt, end = (e.new_label() for _ in range(5))
   e.place(outer)
-  with e.statement():
-    c = e.temp()
-    e.emit("lt", c, i, n)
-    e.emit("jz", c, end)
+  e.exit_unless_less(i, n, end)
   e.emit("add", j, i, 1)
   e.place(inner)
-  with e.statement():
-    c = e.temp()
-    e.emit("lt", c, j, n)
-    e.emit("jz", c, nxt)
+  e.exit_unless_less(j, n, nxt)
   self.frame.loops.append((cont, end))
 
   def looped():
@@ -337,10 +328,8 @@ def count_loop(self, start, stop, body) -> None:
   i = self.e.local()
   self.e.emit("set", i, start)
   top, end = self.e.new_label(), self.e.new_label()
-  t = self.e.temp()
   self.e.place(top)
-  self.e.emit("lt", t, i, stop)
-  self.e.emit("jz", t, end)
+  self.e.exit_unless_less(i, stop, end)
   body(i)
   self.e.emit("add", i, i, 1)
   self.e.emit("jmp", top)
@@ -354,14 +343,14 @@ def extend(self, dst: str, src: Lst, node) -> None:
 
 
 def expr_ListComp(self, node):
-  return self.comprehension(node, "list")
+  return self.comprehension(node)
 
 
 def expr_GeneratorExp(self, node):
-  return self.comprehension(node, "list")
+  return self.comprehension(node)
 
 
-def comprehension(self, node, how):
+def comprehension(self, node):
   """A list comprehension / generator as a loop pushing onto a fresh list."""
   r = self.e.local_list()
   self.e.emit("clear", r)

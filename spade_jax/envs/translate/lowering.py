@@ -313,7 +313,7 @@ class EnvLowering:
   def call_method(self, name: str, args: list, section_node):
     fdef = self.methods[name]
     v = self.v
-    top = Frame("<" + name + ">", self.e.new_label())
+    top = Frame(self.e.new_label())
     top.names["self"] = SelfRef()
     v.frames.append(top)
     try:
@@ -334,7 +334,7 @@ class EnvLowering:
         value = self.static.pop(name)
         if is_const(value) and not isinstance(value, str | tuple):
           self.homes[name] = v.new_var(value, None, home=True)
-          top = Frame("<init>", e.new_label())
+          top = Frame(e.new_label())
           v.frames.append(top)
           v.write_var(self.homes[name], value, None, home=True)
           v.frames.pop()
@@ -431,7 +431,7 @@ class EnvLowering:
     fb, reward, done, trunc = (v.read_var(x) for x in result[:4])
     with e.statement():
       fb = v.as_text(fb, node)
-      sel = tx.selector(fb, e)
+      sel = tx.selector(fb)
       rew = v.milli_operand(reward, node)
       if isinstance(rew, str):
         rew = v.slot_copy(rew)

@@ -169,8 +169,6 @@ def module_call(v, module, name, args, kwargs, node):
       return args[0]
     if name == "isqrt" and len(args) == 1:
       return isqrt(v, args[0], node)
-    if name == "prod" and len(args) == 1:
-      raise Refusal(f"`{snippet(node)}`: math.prod", node)
   raise Refusal(f"`{module}.{name}` is outside the translatable subset", node)
 
 

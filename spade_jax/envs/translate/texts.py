@@ -60,7 +60,7 @@ def _norm(items) -> tuple:
   return tuple(out)
 
 
-def selector(t: Text, e) -> str | int:
+def selector(t: Text) -> str | int:
   """The selector as an operand (0 when there is one alternative)."""
   return 0 if t.sel is None else t.sel
 
@@ -86,8 +86,8 @@ def select(cond, a: Text, b: Text, e, node=None) -> Text:
   if len(alts) > MAX_ALTERNATIVES:
     raise Refusal(f"text with more than {MAX_ALTERNATIVES} alternatives", node)
   s = e.temp()
-  e.emit("add", s, selector(b, e), len(a.alts))
-  e.emit("sel", s, cond, selector(a, e), s)
+  e.emit("add", s, selector(b), len(a.alts))
+  e.emit("sel", s, cond, selector(a), s)
   return Text(alts, s)
 
 

@@ -30,8 +30,7 @@ MAX_INLINE_DEPTH = 8
 class Frame:
   """One inlined call: its names, its return slot and labels."""
 
-  def __init__(self, fn_name: str, end: str):
-    self.fn_name = fn_name
+  def __init__(self, end: str):
     self.names: dict[str, object] = {}
     self.end = end
     self.result = None  # a Var (or nested tuple of Vars) once the first return is seen
@@ -130,7 +129,7 @@ class Visitor:
       raise Refusal(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)", node)
     if fdef.decorator_list:
       raise Refusal(f"function {fdef.name} has decorators", fdef)
-    frame = Frame(fdef.name, self.e.new_label())
+    frame = Frame(self.e.new_label())
     once, multi, frame.sites = _assigned_names(fdef.body)
     frame.multi = multi
     frame.resized = {
