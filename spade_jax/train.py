@@ -130,7 +130,13 @@ def _train(config, run: runner.Run) -> dict:
   )
   engine.params = None  # sampling always reads the train state's parameters (one graph)
   update = make_update(
-    graphdef, loss_cfg, opt_cfg, micro_batches=config.train.micro_batches, mesh=mesh, state=state
+    graphdef,
+    loss_cfg,
+    opt_cfg,
+    micro_batches=config.train.micro_batches,
+    micro_tokens=config.train.get("micro_tokens", 0),
+    mesh=mesh,
+    state=state,
   )
 
   sandbox_cfg = SandboxConfig(

@@ -193,6 +193,36 @@ def mixed_batch(
   return pad_batch(batch, global_batch), trimmed
 
 
+def length_segments(batch: Trajectories, n_first: int, lengths: tuple[int, int]):
+  """``batch`` as segments trained without a common length (`rl.update.loss_and_grads`): its
+  first ``n_first`` rows (e.g. the designer's) may be longer or shorter than the rest. The split
+  is at the smallest power of two ``s >= n_first`` (few distinct shapes, so few compilations);
+  rows ``[0, s)`` are cut to ``lengths[0]`` (or the longer of the two when they include rows of
+  the rest), rows ``[s, B)`` to ``lengths[1]``. Returns ``batch`` itself when there is nothing to
+  split (``s`` is 0 or ``B``, or both lengths equal); the loss is the same either way."""
+  B, T = batch.batch_size, batch.seq_len
+  s = 0 if n_first <= 0 else 1 << (n_first - 1).bit_length()
+  if s == 0 or s >= B or lengths[0] == lengths[1]:
+    return batch
+  first = lengths[0] if s == n_first else max(lengths)
+  if max(first, lengths[1]) > T:
+    raise ValueError(f"segment lengths {first}, {lengths[1]} exceed the batch's {T}")
+  rows = np.arange(B)
+  parts = []
+  for idx, length in ((rows[:s], first), (rows[s:], lengths[1])):
+    part = batch.select(idx)
+    if np.asarray(part.loss_mask_BT)[:, length:].any():
+      raise ValueError(f"a row trains beyond its segment's length {length}")
+    parts.append(
+      part.replace(
+        tokens_BT=np.asarray(part.tokens_BT)[:, :length],
+        loss_mask_BT=np.asarray(part.loss_mask_BT)[:, :length],
+        rollout_logprobs_BT=np.asarray(part.rollout_logprobs_BT)[:, :length],
+      )
+    )
+  return tuple(parts)
+
+
 def shardings(mesh, traj: Trajectories):
   """NamedShardings placing every field's batch axis on the mesh's batch axes."""
   from spade_jax import sharding

@@ -351,3 +351,49 @@ def test_segments_equal_one_padded_batch(graphdef):
       np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-6, atol=1e-6, err_msg=k)
   m_got, m_want = update._batch_metrics((long, short)), update._batch_metrics(padded)
   assert set(m_got) == set(m_want) and _max_diff(m_got, m_want) < 1e-6
+
+
+def test_micro_batches_of_a_segment():
+  """A segment takes the configured micro-batches its rows allow, and more when a token bound
+  is set and the rows divide."""
+  assert update.segment_micro_batches(16, 512, 1, 0) == 1
+  assert update.segment_micro_batches(16, 512, 4, 0) == 4
+  assert update.segment_micro_batches(2, 4096, 4, 0) == 2  # gcd: 2 rows, 4 asked
+  assert update.segment_micro_batches(1, 4096, 4, 8192) == 1
+  assert update.segment_micro_batches(4, 4096, 1, 8192) == 2
+  assert update.segment_micro_batches(8, 4096, 1, 4096) == 8
+  assert update.segment_micro_batches(6, 4096, 1, 4096) == 2  # 3 rows do not halve
+
+
+def test_length_segments_split_and_train_like_the_padded_batch(graphdef):
+  """The SPADE loop's split of designer rows (first) and agent rows: rows [0, s) with s the
+  power of two >= the designer rows, each part at its own length; loss and gradient equal the
+  padded batch's, with and without a token bound on micro-batches."""
+  _, state = _fresh_state()
+  full = _batch(0)  # 4 designer rows first, then agent rows: cut the agent rows to 7 tokens
+  full = full.replace(
+    loss_mask_BT=np.where(np.arange(T)[None] >= 7, 0.0, full.loss_mask_BT)
+    * (np.arange(B) >= 4)[:, None]
+    + np.asarray(full.loss_mask_BT) * (np.arange(B) < 4)[:, None]
+  )
+  assert tj.length_segments(full, 0, (T, 7)) is full
+  assert tj.length_segments(full, 16, (T, 7)) is full
+  assert tj.length_segments(full, 4, (7, 7)) is full
+  three = tj.length_segments(full, 3, (T, 7))  # 3 designer rows: the split rounds up to 4
+  assert [p.batch_size for p in three] == [4, 12] and [p.seq_len for p in three] == [T, 7]
+  with pytest.raises(ValueError, match="beyond"):
+    tj.length_segments(full, 4, (6, 6 + 1))
+  segs = tj.length_segments(full, 4, (T, 8))
+  assert [p.seq_len for p in segs] == [T, 8]
+  grads = jax.jit(
+    lambda p, r, b, tokens: update.loss_and_grads(
+      graphdef, p, b, LOSS, micro_tokens=tokens, ref_params=r
+    ),
+    static_argnums=(3,),
+  )
+  want = grads(state.params, state.ref_params, full, 0)
+  for tokens in (0, 2 * T):  # 2 * T: the 4 long rows in micro-batches of 2
+    got = grads(state.params, state.ref_params, segs, tokens)
+    assert _max_diff(got[0], want[0]) < 1e-6, tokens
+    for k in want[1]:
+      np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-6, atol=1e-6, err_msg=k)

@@ -50,6 +50,10 @@ def get_config(arg: str = ""):
   c.agent.device_prompt_len = 512
   c.sandbox.workers = 2
   c.train.global_batch = 16
+  # a designer sample that trains (~3.4k tokens, a 4096 bucket) trains beside the agent's rows in
+  # its own segment, at most 8192 token slots per micro-batch: without it a 16 x 512 agent batch
+  # already peaked near 23 GB on this 24 GB machine
+  c.train.micro_tokens = 8192
   c.train.learning_rate = 1e-6
   c.eval.items_per_task = 2
   c.eval.max_new_tokens = 96

@@ -183,19 +183,23 @@ def chunk_prefill(
   )
   n = P // width
 
-  def split(x_BP):
-    return x_BP.reshape(B, n, width).swapaxes(0, 1)
+  # chunks that are padding in every row are skipped: their slots stay empty and invalid,
+  # which is what writing them would leave visible (nothing), so the state is unchanged
+  lead_B = jnp.where(jnp.any(valid_BP, axis=1), jnp.argmax(valid_BP, axis=1), P)
+  first = jnp.min(lead_B).astype(jnp.int32) // width
 
-  def body(carry, xs):
+  def body(i, carry):
     cache, _ = carry
-    tok_BC, valid_BC, pos_BC = xs
+    tok_BC, valid_BC, pos_BC = (
+      jax.lax.dynamic_slice_in_dim(x, i * width, width, axis=1)
+      for x in (tokens_BP, valid_BP, positions_BP)
+    )
     hidden_BCD, cache = chunk_forward(cfg, weights, tok_BC, pos_BC, valid_BC, cache)
-    return (cache.replace(index=cache.index + width), hidden_BCD[:, -1]), None
+    return cache.replace(index=cache.index + width), hidden_BCD[:, -1]
 
   last_BD = jnp.zeros((B, cfg.embed_dim), _F32)
-  (cache, last_BD), _ = jax.lax.scan(
-    body, (cache, last_BD), (split(tokens_BP), split(valid_BP), split(positions_BP))
-  )
+  cache = cache.replace(index=first * width)
+  cache, last_BD = jax.lax.fori_loop(first, n, body, (cache, last_BD))
   logits_BV = jnp.einsum(
     "bd,dv->bv",
     last_BD.astype(cfg.dtype),

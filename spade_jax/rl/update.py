@@ -28,6 +28,7 @@ the loss as ``router_aux_coef * aux``; see :func:`batch_loss`). Rematerialisatio
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -141,6 +142,17 @@ def _segments(batch) -> tuple[Trajectories, ...]:
   return tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
 
 
+def segment_micro_batches(rows: int, seq_len: int, micro_batches: int, micro_tokens: int) -> int:
+  """Micro-batches of a segment of ``rows`` x ``seq_len``: as many of ``micro_batches`` as
+  divide its rows (``gcd``), then doubled while a micro-batch holds more than ``micro_tokens``
+  token slots and the rows still divide (``micro_tokens`` 0: no token bound). A segment of long
+  rows (the designer's) is thereby trained a few rows at a time."""
+  m = math.gcd(micro_batches, rows)
+  while micro_tokens and (rows // m) * seq_len > micro_tokens and rows % (2 * m) == 0:
+    m *= 2
+  return m
+
+
 def loss_and_grads(
   graphdef,
   params,
@@ -148,6 +160,7 @@ def loss_and_grads(
   cfg: losses.LossConfig,
   *,
   micro_batches: int = 1,
+  micro_tokens: int = 0,
   ref_params=None,
 ):
   """Full-batch gradient (float32) accumulated over micro-batches, and the summed statistics.
@@ -156,7 +169,9 @@ def loss_and_grads(
   trained as one batch without padding them to a common length (the tiny loop's long designer
   rows and short agent rows). The loss denominators are global over all segments (and the
   ``aggregation`` length constant, when not configured, is the longest segment's), so the
-  result equals that of the segments padded to one length and concatenated."""
+  result equals that of the segments padded to one length and concatenated. Each segment takes
+  `segment_micro_batches` micro-batches (``micro_batches`` where its rows allow, more when
+  ``micro_tokens`` bounds the token slots of one)."""
   segments = _segments(batch)
   global_batch = jnp.asarray(sum(s.batch_size for s in segments), _F32)
   global_tokens = sum(jnp.sum(s.loss_mask_BT.astype(_F32)) for s in segments)
@@ -166,10 +181,11 @@ def loss_and_grads(
   kw = dict(global_batch=global_batch, global_tokens=global_tokens, ref_params=ref_params)
 
   def one(segment):
-    if micro_batches == 1:
+    m = segment_micro_batches(segment.batch_size, segment.seq_len, micro_batches, micro_tokens)
+    if m == 1:
       grads, stats = grad_fn(graphdef, params, segment, cfg, **kw)
       return jax.tree.map(lambda g: g.astype(_F32), grads), stats
-    micro = split_micro_batches(segment, micro_batches)
+    micro = split_micro_batches(segment, m)
 
     def micro_step(carry, micro):
       grads_acc, stats_acc = carry
@@ -186,6 +202,10 @@ def loss_and_grads(
 
   grads, stats = one(segments[0])
   for segment in segments[1:]:
+    # the next segment starts after this one's gradient (and its collectives): independent
+    # segments let XLA:CPU's devices issue their all-reduces in different orders, which
+    # deadlocked an 8-device run loaded from the compilation cache
+    grads, segment = jax.lax.optimization_barrier((grads, segment))
     g, st = one(segment)
     grads = jax.tree.map(jnp.add, grads, g)
     stats = jax.tree.map(jnp.add, stats, st)
@@ -226,11 +246,18 @@ def train_step(
   batch,
   *,
   micro_batches: int = 1,
+  micro_tokens: int = 0,
 ):
   """The un-jitted update (pure function of state and batch: a `Trajectories` or a tuple of
   segments of different lengths, `loss_and_grads`)."""
   grads, stats = loss_and_grads(
-    graphdef, state.params, batch, cfg, micro_batches=micro_batches, ref_params=state.ref_params
+    graphdef,
+    state.params,
+    batch,
+    cfg,
+    micro_batches=micro_batches,
+    micro_tokens=micro_tokens,
+    ref_params=state.ref_params,
   )
   grad_norm = optax.global_norm(grads)
   updates, new_opt = optimizer.update(grads, state.opt_state, state.params)
@@ -272,6 +299,7 @@ def make_update(
   opt_cfg: OptimizerConfig | None = None,
   *,
   micro_batches: int = 1,
+  micro_tokens: int = 0,
   mesh=None,
   state=None,
 ) -> UpdateStep:
@@ -287,7 +315,14 @@ def make_update(
   def fn(state, batch):
     step.trace_count += 1
     return train_step(
-      graphdef, optimizer, schedule, loss_cfg, state, batch, micro_batches=micro_batches
+      graphdef,
+      optimizer,
+      schedule,
+      loss_cfg,
+      state,
+      batch,
+      micro_batches=micro_batches,
+      micro_tokens=micro_tokens,
     )
 
   if mesh is None:

@@ -108,6 +108,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.global_batch = 192
   c.train.seq_len = 0  # 0: power-of-two bucket of the longest sample
   c.train.micro_batches = 1
+  # at most this many token slots (rows x length) per micro-batch of a segment (0: no bound);
+  # the designer's long rows then train a few at a time (rl.update.segment_micro_batches)
+  c.train.micro_tokens = 0
   c.train.learning_rate = 1e-6
   c.train.b1 = 0.9
   c.train.b2 = 0.98
@@ -239,6 +242,10 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   need(
     c.train.global_batch % c.train.micro_batches == 0,
     "train.global_batch must be divisible by train.micro_batches",
+  )
+  need(
+    c.train.get("micro_tokens", 0) >= 0,
+    f"train.micro_tokens must be >= 0 (0: no bound), got {c.train.get('micro_tokens', 0)}",
   )
   need(c.sandbox.workers > 0, "sandbox.workers must be positive")
   tasks = [t for t in c.eval.tasks.split(",") if t]

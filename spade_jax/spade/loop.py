@@ -96,9 +96,18 @@ class SpadeLoop:
     batch, trimmed = trajectories.mixed_batch(
       designer_batch, plays.agent_batch, cfg.global_batch, seq_len
     )
+    segments = batch
+    if not cfg.seq_len and designer_batch is not None and plays.agent_batch is not None:
+      # the designer's long rows and the agent's short ones each at their own length
+      segments = trajectories.length_segments(
+        batch,
+        designer_batch.batch_size,
+        (_bucket(designer_batch.seq_len), _bucket(plays.agent_batch.seq_len)),
+      )
+    metrics["train/segments"] = float(len(segments) if isinstance(segments, tuple) else 1)
     metrics["train/trimmed_samples"] = float(trimmed)
     t = time.perf_counter()
-    state, device_metrics = self.update(state, batch)
+    state, device_metrics = self.update(state, segments)
     metrics["perf/update_dispatch_s"] = time.perf_counter() - t
     jax.block_until_ready(device_metrics)
     metrics["perf/update_s"] = time.perf_counter() - t
