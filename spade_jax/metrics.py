@@ -158,9 +158,17 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-  """The records of a ``metrics.jsonl`` file (for tests, plots and notebooks)."""
+  """The records of a ``metrics.jsonl`` file (for tests, plots, notebooks and reports); a line
+  that does not parse (the torn last line of a run being written or killed) is dropped."""
+  rows = []
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    for line in f:
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError:
+          continue
+  return rows
 
 
 class DeferredMetrics:

@@ -20,18 +20,20 @@ import json
 import sys
 from pathlib import Path
 
-PHASES = (  # (column, metric keys summed)
-  ("designer", ("perf/designer_generate_s",)),
-  ("validate", ("perf/validate_s",)),
-  ("hints", ("perf/hint_s",)),
-  ("translate", ("perf/translate_s",)),
-  ("rollout device", ("perf/rollout_device_s",)),
-  ("rollout host", ("perf/rollout_host_s",)),
-  ("update", ("perf/update_s",)),
-  ("eval", ("perf/eval_s",)),
-  ("step", ("perf/step_s",)),
+from spade_jax.metrics import read_metrics
+from spade_jax.spade import observe
+
+PHASES = (  # (column, metric key)
+  ("designer", "perf/designer_generate_s"),
+  ("validate", "perf/validate_s"),
+  ("hints", "perf/hint_s"),
+  ("translate", "perf/translate_s"),
+  ("rollout device", "perf/rollout_device_s"),
+  ("rollout host", "perf/rollout_host_s"),
+  ("update", "perf/update_s"),
+  ("eval", "perf/eval_s"),
+  ("step", "perf/step_s"),
 )
-SOURCES = {0.0: "new", 1.0: "carried", 2.0: "library"}
 
 
 def environment_records(run: Path) -> list[dict]:
@@ -49,16 +51,9 @@ def environment_records(run: Path) -> list[dict]:
 
 
 def metric_rows(run: Path) -> list[dict]:
-  """The rows of ``metrics.jsonl`` (torn last lines dropped)."""
+  """The rows of ``metrics.jsonl`` (a torn last line dropped)."""
   path = Path(run) / "metrics.jsonl"
-  rows = []
-  if path.exists():
-    for line in path.read_text().splitlines():
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue
-  return rows
+  return read_metrics(path) if path.exists() else []
 
 
 def summary(records: list[dict]) -> dict:
@@ -100,14 +95,13 @@ def iteration_table(rows: list[dict]) -> str:
       row.get("step"),
       row.get("designer/attempts"),
       row.get("designer/passed"),
-      SOURCES.get(row.get("agent/pool_source"), "-"),
+      observe.SOURCES.get(row.get("agent/pool_source"), "-"),
       row.get("agent/solve_rate"),
       row.get("agent/solve_rate_hint"),
       row.get("designer/regret_mean"),
     ]
-    for _, keys in PHASES:
-      vals = [row[k] for k in keys if k in row]
-      cells.append(round(sum(vals)) if vals else None)
+    for _, key in PHASES:
+      cells.append(round(row[key]) if key in row else None)
     lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
   return "\n".join(lines)
 
