@@ -218,6 +218,9 @@ def _train(config, run: runner.Run) -> dict:
   start, state, host = run.restore(state)
   if host is not None:
     loop.load_host_state(host["loop"])
+  warm: dict = {}
+  if start == 0 and config.warm_start.steps > 0:
+    state, warm = _warm_start(graphdef, state, designer, config, mesh, workdir)
 
   eval_suites = _eval_suites(config)
   eval_player = ModelPlayer(
@@ -239,6 +242,8 @@ def _train(config, run: runner.Run) -> dict:
     final = run.is_final(step)
     state, device_m, host_m, transcripts = loop.step(step, state, final=final)
     row = dict(host_m)
+    if step == start:
+      row.update(warm)  # the warm start's metrics (if it ran) in the first row
     row.update(metrics.to_host(device_m))
     dt = time.perf_counter() - t0
     row["perf/step_s"] = dt
@@ -265,6 +270,22 @@ def _train(config, run: runner.Run) -> dict:
     last = row
   run.finish()
   return last
+
+
+def _warm_start(graphdef, state, designer, config, mesh, workdir: Path):
+  """The supervised designer warm start (`spade.warmstart`): ``(state, metrics)``; what trained
+  and the per-step NLL go to ``warm_start.json``."""
+  from spade_jax.spade.warmstart import WarmStartError, warm_start
+
+  t = time.perf_counter()
+  try:
+    state, warm, record = warm_start(graphdef, state, designer, config, mesh)
+  except WarmStartError as e:
+    raise UserError(str(e)) from e
+  warm["perf/warm_start_s"] = time.perf_counter() - t
+  if multihost.is_writer():
+    (workdir / "warm_start.json").write_text(json.dumps(dict(record, metrics=warm), indent=1))
+  return state, warm
 
 
 def _write_transcripts(path: Path, transcripts: list, limit: int) -> None:

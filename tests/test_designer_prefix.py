@@ -105,10 +105,7 @@ def test_no_prefix_leaves_prompts_unchanged(tmp_path):
   memory = EnvMemory()
   seed_memory(memory, "game")
   seeds, negative = memory.select("Mathematical Reasoning", seed=(0, 0, 0, 0))
-  conv = d.messages("Mathematical Reasoning", None, seeds, negative, (0, 0, 0, 0))
-  while seeds and not d._fits(conv):
-    seeds = seeds[:-1]
-    conv = d.messages("Mathematical Reasoning", None, seeds, negative, (0, 0, 0, 0))
+  conv, _ = d.fitted_messages("Mathematical Reasoning", None, seeds, negative, (0, 0, 0, 0))
   assert prompt == d.tok.apply_chat_template(conv)
   assert base_config().designer.reply_prefix == ""
   assert designer_lib.DesignerConfig().reply_prefix == ""
@@ -119,9 +116,23 @@ def test_prefix_counts_toward_the_prompt_budget(tmp_path):
   conv = [{"role": "user", "content": "x"}]
   n = len(tok.apply_chat_template(conv))
   k = len(tok.encode(PREFIX))
-  for prefix, room in (("", n + 10), (PREFIX, n + k + 10)):
+  for prefix in ("", PREFIX):
     cfg = designer_lib.DesignerConfig(max_new_tokens=10, reply_prefix=prefix)
-    d = designer_lib.Designer(None, tok, cfg, None, tmp_path, max_context=room)
-    assert d._fits(conv)
-    d.max_context = room - 1
-    assert not d._fits(conv)
+    d = designer_lib.Designer(None, tok, cfg, None, tmp_path, max_context=8192)
+    assert len(d.prompt_ids(conv, prefix)) == n + (k if prefix else 0)
+    # seeds are dropped, the last first, until prompt + prefix + max_new_tokens fit
+    memory = EnvMemory()
+    seed_memory(memory, "game")
+    seeds, _ = memory.select("Mathematical Reasoning", seed=(0, 0, 0, 0))
+    assert len(seeds) == 2
+    sizes = []
+    for m in range(3):
+      full = d.messages("Mathematical Reasoning", None, seeds[:m], None, (0, 0, 0, 0))
+      sizes.append(len(d.prompt_ids(full, prefix)))
+    for m in range(3):
+      d.max_context = sizes[m] + 10
+      _, kept = d.fitted_messages("Mathematical Reasoning", None, seeds, None, (0, 0, 0, 0))
+      assert kept == tuple(seeds[:m])
+      d.max_context = sizes[m] + 9
+      _, kept = d.fitted_messages("Mathematical Reasoning", None, seeds, None, (0, 0, 0, 0))
+      assert kept == tuple(seeds[: max(m - 1, 0)])

@@ -138,6 +138,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.dynamic_sampling = False
   c.train.dynamic_sampling_rounds = 3
 
+  # supervised designer warm start before the first iteration (`spade.warmstart`): the library
+  # environments and their difficulty variants written from the run's first designer prompts;
+  # 0 steps: off (the reference has none). Runs only when a run starts, not when it resumes.
+  c.warm_start = ml_collections.ConfigDict()
+  c.warm_start.steps = 0
+  c.warm_start.batch = 4  # designer rows per supervised step
+  c.warm_start.learning_rate = 1e-5  # constant, its own AdamW (the loop's starts fresh after)
+  c.warm_start.variants = 2  # difficulty variants per library environment (validated)
+
   c.eval = ml_collections.ConfigDict()
   c.eval.every = 0  # 0: only at the end
   c.eval.at_end = True
@@ -200,6 +209,11 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     s.memory or not s.library_seeds,
     "spade.library_seeds needs spade.memory (the seeds live in the environment memory)",
   )
+  w = c.warm_start
+  need(w.steps >= 0, f"warm_start.steps must be >= 0, got {w.steps}")
+  need(w.batch > 0, f"warm_start.batch must be positive, got {w.batch}")
+  need(w.learning_rate > 0, f"warm_start.learning_rate must be positive, got {w.learning_rate}")
+  need(w.variants >= 0, f"warm_start.variants must be >= 0, got {w.variants}")
   need(s.max_attempts > 0, f"spade.max_attempts must be positive, got {s.max_attempts}")
   need(s.reward in VARIANTS, f"spade.reward={s.reward!r}; expected one of {', '.join(VARIANTS)}")
   need(

@@ -157,8 +157,7 @@ class Designer:
   ):
     """Samples a reply to each conversation; ``prefix`` (text) is appended to every prompt after
     the assistant header, so the replies continue it (it is part of the prompt ids)."""
-    forced = self.tok.encode(prefix) if prefix else []
-    prompts_ids = [self.tok.apply_chat_template(c) + forced for c in conversations]
+    prompts_ids = [self.prompt_ids(c, prefix) for c in conversations]
     longest = max(len(p) for p in prompts_ids)
     cache = self.engine.bucket(longest + max_new_tokens)
     if longest + 1 >= min(cache, self.max_context):
@@ -212,10 +211,7 @@ class Designer:
           seeds, negative = memory.select(skills[g], seed=(seed, gen_step, g, attempt))
         doc = corpus.next() if corpus is not None else None
         key = (seed, gen_step, g, attempt)
-        conv = self.messages(skills[g], doc, seeds, negative, key)
-        while seeds and not self._fits(conv):  # room to write: drop seeds, the last first
-          seeds = seeds[:-1]
-          conv = self.messages(skills[g], doc, seeds, negative, key)
+        conv, seeds = self.fitted_messages(skills[g], doc, seeds, negative, key)
         shown.append((len(seeds), sum(r.is_seed for r in seeds)))
         convs.append(conv)
       t = time.perf_counter()
@@ -308,12 +304,22 @@ class Designer:
     metrics["perf/designer_total_s"] = time.perf_counter() - t0
     return games, samples, metrics
 
-  def _fits(self, conv) -> bool:
-    """Whether a designer prompt (with the reply prefix) leaves ``max_new_tokens`` of
-    ``max_context`` to write in."""
-    prefix = self.cfg.reply_prefix
-    n = len(self.tok.apply_chat_template(conv)) + (len(self.tok.encode(prefix)) if prefix else 0)
-    return n + self.cfg.max_new_tokens <= self.max_context
+  def prompt_ids(self, conv, prefix: str) -> list[int]:
+    """The token ids a reply to ``conv`` is sampled after: the chat template with the assistant
+    header, then ``prefix`` (text the reply is forced to start with; "" for none)."""
+    return self.tok.apply_chat_template(conv) + (self.tok.encode(prefix) if prefix else [])
+
+  def fitted_messages(self, skill: str, document, seeds, negative, key: tuple, room: int = 0):
+    """``(conversation, seeds kept)``: `messages` with the memory ``seeds`` dropped, the last
+    first, until the prompt (with the reply prefix) leaves ``room`` tokens of ``max_context``
+    to write in (0: ``max_new_tokens``)."""
+    room = room or self.cfg.max_new_tokens
+    seeds = tuple(seeds)
+    while True:
+      conv = self.messages(skill, document, seeds, negative, key)
+      if not seeds or len(self.prompt_ids(conv, self.cfg.reply_prefix)) + room <= self.max_context:
+        return conv, seeds
+      seeds = seeds[:-1]
 
   def _copy_report(self, text: str, memory: EnvMemory | None):
     """A failed report at stage "copy" when the extracted code repeats a library seed of
