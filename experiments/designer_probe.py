@@ -6,7 +6,9 @@ r"""Runs the designer alone: what a config's policy writes and where its samples
 Builds the config's policy, corpus, memory (with library seeds when ``spade.library_seeds``) and
 validator exactly as the training loop does, then runs ``--rounds`` regenerations of
 ``spade.num_games`` slots (``spade.max_attempts`` attempts each) with the initial weights: no
-plays, no update. Every attempt's source and verdict go to ``<workdir>/envs`` as in a run; the
+plays, no update. With ``--config.warm_start.steps=N`` the designer warm start (`spade.warmstart`)
+runs first, as a run starts with it, and the rounds sample from the warm-started weights (its
+record goes to ``<workdir>/warm_start.json``). Every attempt's source and verdict go to ``<workdir>/envs`` as in a run; the
 summary (stage counts, passes, translations, seeds shown, seconds) is printed and written to
 ``<workdir>/probe.json``.
 """
@@ -64,8 +66,10 @@ def main(argv) -> None:
     total_timeout=config.sandbox.validation_timeout,
     sandbox=sandbox,
   )
+  params = None  # the engine's (initial) weights
+  engine = Engine(model, mesh=mesh)
   designer = Designer(
-    Engine(model, mesh=mesh),
+    engine,
     tok,
     spade_config.designer_config(config),
     validator,
@@ -73,6 +77,8 @@ def main(argv) -> None:
     translate_seeds=s.translate_seeds,
     max_context=config.designer.max_context,
   )
+  if config.warm_start.steps > 0:
+    params = warm_started(config, model, designer, mesh, workdir)
   memory = EnvMemory() if s.memory else None
   if memory is not None and s.library_seeds:
     seed_memory(memory, designer.cfg.kind)
@@ -85,7 +91,7 @@ def main(argv) -> None:
     t = time.perf_counter()
     names = list(skills.assign_skills(r, s.num_games, schedule))
     games, _, m = designer.design(
-      gen_step=r, skills=names, memory=memory, corpus=corpus, seed=config.seed
+      gen_step=r, skills=names, memory=memory, corpus=corpus, seed=config.seed, params=params
     )
     m["seconds"] = time.perf_counter() - t
     m["translated"] = float(sum(g is not None and g.translated for g in games))
@@ -107,6 +113,24 @@ def main(argv) -> None:
   summary = {"rounds": rows, "total": total}
   (workdir / "probe.json").write_text(json.dumps(summary, indent=1))
   print(json.dumps({"total": total}, indent=1))
+
+
+def warm_started(config, model, designer, mesh, workdir: Path):
+  """The policy's parameters after the config's designer warm start (its record written)."""
+  from spade_jax.rl.optimizer import make_optimizer
+  from spade_jax.rl.train_state import create_train_state
+  from spade_jax.spade import config as spade_config
+  from spade_jax.spade.warmstart import warm_start
+
+  opt = make_optimizer(spade_config.optimizer_config(config))
+  graphdef, state = create_train_state(model, opt, seed=config.seed, mesh=mesh)
+  t = time.perf_counter()
+  state, metrics, record = warm_start(graphdef, state, designer, config, mesh)
+  metrics["perf/warm_start_s"] = time.perf_counter() - t
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / "warm_start.json").write_text(json.dumps(dict(record, metrics=metrics), indent=1))
+  print(json.dumps(metrics), flush=True)
+  return state.params
 
 
 if __name__ == "__main__":

@@ -258,3 +258,50 @@ def test_run_wires_the_warm_start_once(policy_dirs, tmp_path, monkeypatch):
   train.train(config, workdir)  # resumes: no second warm start
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert len(calls) == 1 and len(rows) == 2 and "warm/steps" not in rows[1]
+
+
+def test_designer_probe_samples_from_the_warm_started_policy(policy_dirs, tmp_path):
+  """`experiments/designer_probe.py` with ``warm_start.steps``: the warm start runs first and
+  its record is written beside the probe's."""
+  import os
+  import subprocess
+  import sys
+  from pathlib import Path
+
+  model_dir, tok_dir = policy_dirs
+  workdir = tmp_path / "probe"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  res = subprocess.run(
+    [
+      sys.executable,
+      "experiments/designer_probe.py",
+      "--config",
+      "experiments/configs/smollm2_cpu.py:reply=helpers",
+      "--workdir",
+      str(workdir),
+      "--rounds=1",
+      f"--config.model.path={model_dir}",
+      f"--config.model.tokenizer={tok_dir}",
+      "--config.spade.num_games=1",
+      "--config.spade.max_attempts=1",
+      "--config.spade.corpus=none",
+      "--config.designer.max_new_tokens=768",
+      "--config.designer.max_context=4096",
+      "--config.designer.hint_max_new_tokens=8",
+      "--config.warm_start.steps=1",
+      "--config.warm_start.batch=1",
+      "--config.warm_start.variants=0",
+    ],
+    cwd=Path(__file__).resolve().parents[1],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert res.returncode == 0, res.stderr[-3000:]
+  record = json.loads((workdir / "warm_start.json").read_text())
+  assert len(record["nll"]) == 1 and record["metrics"]["warm/steps"] == 1
+  assert any(r["trained"] for r in record["examples"])
+  total = json.loads((workdir / "probe.json").read_text())["total"]
+  assert total["designer/attempts"] == 1
