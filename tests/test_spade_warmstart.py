@@ -106,7 +106,7 @@ def test_rows_train_the_reply_beside_other_seeds(tok, tmp_path):
   examples, _ = warmstart.library_examples("game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0)
   examples = examples[:3]
   d = _designer(tok, tmp_path)
-  rows, kept = warmstart.example_rows(d, examples, "game", seed=0)
+  rows, lengths, kept = warmstart.example_rows(d, examples, "game", seed=0)
   assert kept == [e.name for e in examples] and rows.batch_size == 3
   assert rows.seq_len % 256 == 0 and np.all(rows.advantages_B == 1.0)
   classes = {e.name: e.class_name for e in library_entries("game")}
@@ -121,10 +121,11 @@ def test_rows_train_the_reply_beside_other_seeds(tok, tmp_path):
     reply = [t for t, m in zip(rows.tokens_BT[i].tolist(), mask) if m]
     assert reply[-1] == tok.eos_ids[0]
     assert GAME_REPLY_HELPERS + tok.decode(reply[:-1]) == ex.reply
+    assert lengths[ex.name] == len(reply)
   # a reply longer than max_new_tokens is dropped
   short = _designer(tok, tmp_path, max_new=32)
-  rows, kept = warmstart.example_rows(short, examples, "game", seed=0)
-  assert rows is None and kept == []
+  rows, lengths, kept = warmstart.example_rows(short, examples, "game", seed=0)
+  assert rows is None and kept == [] and len(lengths) == 3
 
 
 def test_draw_batches_cycles_epochs():
@@ -184,6 +185,7 @@ def test_warm_start_lowers_the_nll_and_resets_the_optimizer(policy_dirs, tmp_pat
   assert metrics["warm/examples"] == 4 and metrics["warm/dropped_invalid"] == 1
   assert metrics["warm/nll_first"] == nll[0]
   assert [r["trained"] for r in record["examples"]] == [True] * 4
+  assert all(r["reply_tokens"] > 100 for r in record["examples"])
   after = jax.tree.map(np.asarray, state.params)
   assert any(
     not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))

@@ -160,15 +160,16 @@ def library_examples(
 
 def example_rows(designer, examples: list[Example], kind: str, seed: int, bucket: int = 256):
   """The examples as host `Trajectories` (designer rows, advantage 1, the reply and its stop
-  token trained; None when none fits) and the names of those that fit. One that does not: a
-  reply longer than the designer's
+  token trained; None when none fits) and ``{name: reply tokens}`` of every example, with
+  the names of those that fit. One that does not: a reply longer than the designer's
   ``max_new_tokens``, or a prompt that leaves no room for it even without seeds. Each prompt
   shows library seeds (`EnvMemory.select`) of a memory without the example's own environment."""
   tok, prefix = designer.tok, designer.cfg.reply_prefix
   entries = library_entries(kind)
-  tokens, masks, kept = [], [], []
+  tokens, masks, kept, lengths = [], [], [], {}
   for i, ex in enumerate(examples):
     response = tok.encode(ex.reply[len(prefix) :]) + [tok.eos_ids[0]]
+    lengths[ex.name] = len(response)
     memory = EnvMemory()
     base = ex.name.split("+")[0]
     for e in entries:
@@ -186,7 +187,7 @@ def example_rows(designer, examples: list[Example], kind: str, seed: int, bucket
     tokens.append(prompt + response)
     masks.append([0] * len(prompt) + [1] * len(response))
   if not tokens:
-    return None, kept
+    return None, lengths, kept
   n = len(tokens)
   rows = trajectories.from_sequences(
     tokens,
@@ -197,7 +198,7 @@ def example_rows(designer, examples: list[Example], kind: str, seed: int, bucket
     advantages=[1.0] * n,
     seq_len=-(-max(len(t) for t in tokens) // bucket) * bucket,
   )
-  return rows, kept
+  return rows, lengths, kept
 
 
 def draw_batches(seed: int, rows: int, steps: int, batch: int) -> np.ndarray:
@@ -218,7 +219,7 @@ def warm_start(graphdef, state, designer, config, mesh=None):
   examples, dropped = library_examples(
     kind, designer.cfg.reply_prefix, c.variants, designer.validator, config.seed
   )
-  rows, kept = example_rows(designer, examples, kind, config.seed)
+  rows, lengths, kept = example_rows(designer, examples, kind, config.seed)
   if rows is None:
     raise WarmStartError(
       f"warm start: none of the {len(examples)} library examples fits designer.max_new_tokens="
@@ -263,5 +264,8 @@ def warm_start(graphdef, state, designer, config, mesh=None):
   if nll:
     metrics["warm/nll_first"] = nll[0]
     metrics["warm/nll_last"] = float(np.mean(nll[-max(1, len(nll) // 4) :]))
-  records = [dict(dataclasses.asdict(e), trained=e.name in kept) for e in examples]
+  records = [
+    dict(dataclasses.asdict(e), reply_tokens=lengths[e.name], trained=e.name in kept)
+    for e in examples
+  ]
   return state, metrics, {"nll": nll, "examples": records}
