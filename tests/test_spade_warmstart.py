@@ -92,6 +92,15 @@ def test_library_examples_are_valid_replies():
   assert examples == [] and dropped["invalid"] == len(entries)
 
 
+def test_tool_library_examples_are_valid_tool_replies():
+  examples, dropped = warmstart.library_examples("tool", "", 1, ValidatorConfig(), 0)
+  assert dropped == {"no_class": 0, "invalid": 0}
+  assert sorted(e.name for e in examples) == sorted(e.name for e in library_entries("tool"))
+  assert all(not e.changes for e in examples)  # no integer constructor defaults to rescale
+  report = validate(examples[0].reply, ValidatorConfig())
+  assert report.valid and report.kind == "tool", report.reason
+
+
 @pytest.fixture(scope="module")
 def tok():
   return load_tokenizer(tiny_tokenizer_dir())
