@@ -133,10 +133,9 @@ def _train(config, run: runner.Run) -> dict:
     graphdef,
     loss_cfg,
     opt_cfg,
-    micro_batches=config.train.micro_batches,
-    micro_tokens=config.train.get("micro_tokens", 0),
     mesh=mesh,
     state=state,
+    **spade_config.micro_batching(config),
   )
 
   sandbox_cfg = SandboxConfig(

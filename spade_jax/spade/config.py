@@ -362,6 +362,11 @@ def parse_config_arg(arg: str, allowed: dict[str, tuple[str, ...] | None]) -> di
   return out
 
 
+def micro_batching(c) -> dict:
+  """The update's micro-batching keywords of a config (`rl.update.make_update`)."""
+  return dict(micro_batches=c.train.micro_batches, micro_tokens=c.train.get("micro_tokens", 0))
+
+
 def optimizer_config(c):
   """The AdamW settings of a config's ``train`` section."""
   from spade_jax.rl.optimizer import OptimizerConfig

@@ -237,10 +237,9 @@ def warm_start(graphdef, state, designer, config, mesh=None):
     graphdef,
     loss_cfg,
     opt_cfg,
-    micro_batches=config.train.micro_batches,
-    micro_tokens=config.train.get("micro_tokens", 0),
     mesh=mesh,
     state=warm,
+    **spade_config.micro_batching(config),
   )
   idx = draw_batches(config.seed, rows.batch_size, c.steps, c.batch)
   nll = []
