@@ -78,7 +78,8 @@ def main(argv) -> None:
     max_context=config.designer.max_context,
   )
   if config.warm_start.steps > 0:
-    params = warm_started(config, model, designer, mesh, workdir)
+    documents = corpus.documents if corpus is not None else None
+    params = warm_started(config, model, designer, mesh, workdir, documents)
   memory = EnvMemory() if s.memory else None
   if memory is not None and s.library_seeds:
     seed_memory(memory, designer.cfg.kind)
@@ -115,7 +116,7 @@ def main(argv) -> None:
   print(json.dumps({"total": total}, indent=1))
 
 
-def warm_started(config, model, designer, mesh, workdir: Path):
+def warm_started(config, model, designer, mesh, workdir: Path, documents):
   """The policy's parameters after the config's designer warm start (its record written)."""
   from spade_jax.rl.optimizer import make_optimizer
   from spade_jax.rl.train_state import create_train_state
@@ -125,7 +126,7 @@ def warm_started(config, model, designer, mesh, workdir: Path):
   opt = make_optimizer(spade_config.optimizer_config(config))
   graphdef, state = create_train_state(model, opt, seed=config.seed, mesh=mesh)
   t = time.perf_counter()
-  state, metrics, record = warm_start(graphdef, state, designer, config, mesh)
+  state, metrics, record = warm_start(graphdef, state, designer, config, mesh, documents)
   metrics["perf/warm_start_s"] = time.perf_counter() - t
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / "warm_start.json").write_text(json.dumps(dict(record, metrics=metrics), indent=1))

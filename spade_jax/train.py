@@ -219,7 +219,8 @@ def _train(config, run: runner.Run) -> dict:
     loop.load_host_state(host["loop"])
   warm: dict = {}
   if start == 0 and config.warm_start.steps > 0:
-    state, warm = _warm_start(graphdef, state, designer, config, mesh, workdir)
+    documents = corpus.documents if corpus is not None else None
+    state, warm = _warm_start(graphdef, state, designer, config, mesh, workdir, documents)
 
   eval_suites = _eval_suites(config)
   eval_player = ModelPlayer(
@@ -271,14 +272,14 @@ def _train(config, run: runner.Run) -> dict:
   return last
 
 
-def _warm_start(graphdef, state, designer, config, mesh, workdir: Path):
+def _warm_start(graphdef, state, designer, config, mesh, workdir: Path, documents):
   """The supervised designer warm start (`spade.warmstart`): ``(state, metrics)``; what trained
   and the per-step NLL go to ``warm_start.json``."""
   from spade_jax.spade.warmstart import WarmStartError, warm_start
 
   t = time.perf_counter()
   try:
-    state, warm, record = warm_start(graphdef, state, designer, config, mesh)
+    state, warm, record = warm_start(graphdef, state, designer, config, mesh, documents)
   except WarmStartError as e:
     raise UserError(str(e)) from e
   warm["perf/warm_start_s"] = time.perf_counter() - t

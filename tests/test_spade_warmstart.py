@@ -14,6 +14,7 @@ from hf_fixtures import save_hf_model, tiny_tokenizer_dir
 
 from spade_jax import train
 from spade_jax.envs.sandbox.validate import ValidatorConfig, extract_code, validate
+from spade_jax.rollout.chat import ChatFraming
 from spade_jax.spade import config as spade_config
 from spade_jax.spade import prompts, warmstart
 from spade_jax.spade.designer import Designer, DesignerConfig
@@ -38,6 +39,19 @@ def test_int_defaults_are_the_literals_of_init():
   for _, v, start, end in found:
     assert ARGMAX.source[start:end] == str(v)  # bools (smallest=False) are not rescaled
   assert warmstart.int_defaults(ARGMAX.source, "NoSuchEnv") == []
+
+
+def test_int_defaults_offsets_positional_only_and_odd_characters():
+  source = (
+    '"""\x0c caf\u00e9 \u2028"""\n'
+    "class Env:\n"
+    "  def __init__(self, a=1, /, b=2, *, c=3, flag=True, d=-4, name='\u00e9'):\n"
+    "    pass\n"
+  )
+  found = warmstart.int_defaults(source, "Env")
+  assert [(name, v) for name, v, _, _ in found] == [("a", 1), ("b", 2), ("c", 3)]
+  for _, v, start, end in found:
+    assert source[start:end] == str(v)
 
 
 def test_variants_rescale_defaults_and_nothing_else():
@@ -71,6 +85,7 @@ def test_reply_text_forms():
   code = extract_code(helpers)
   assert f"class {ARGMAX.class_name}:" in code and "_INTS" not in code  # module helpers replaced
   assert warmstart.reply_text(ARGMAX.source, "NoSuchEnv", GAME_REPLY_HELPERS) is None
+  assert warmstart.reply_text(ARGMAX.source, "Argmax", GAME_REPLY_HELPERS) is None  # whole names
   with pytest.raises(ValueError, match="must end with 'class'"):
     warmstart.reply_text(ARGMAX.source, ARGMAX.class_name, "```python\n")
 
@@ -80,7 +95,7 @@ def test_library_examples_are_valid_replies():
   examples, dropped = warmstart.library_examples(
     "game", GAME_REPLY_HELPERS, 1, ValidatorConfig(), 0
   )
-  assert dropped == {"no_class": 0, "invalid": 0}
+  assert dropped == {"no_class": 0, "copy": 0, "invalid": 0}
   assert {e.name for e in examples if not e.changes} == {e.name for e in entries}
   variants = [e for e in examples if e.changes]
   assert variants and all(e.name.endswith("+1") for e in variants)
@@ -92,9 +107,22 @@ def test_library_examples_are_valid_replies():
   assert examples == [] and dropped["invalid"] == len(entries)
 
 
+def test_copies_of_library_seeds_are_left_out_when_the_loop_rejects_them():
+  """With library seeds in the run's memory the loop rejects a verbatim copy of one (stage
+  "copy"): a plain reply of an original is one, so only its variants train; a reply-prefix form
+  replaces the module's helpers and is not."""
+  n = len(library_entries("game"))
+  plain, dropped = warmstart.library_examples("game", "", 1, ValidatorConfig(), 0, True)
+  assert dropped["copy"] == n and plain and all(e.changes for e in plain)
+  helpers, dropped = warmstart.library_examples(
+    "game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0, True
+  )
+  assert dropped["copy"] == 0 and len(helpers) == n
+
+
 def test_tool_library_examples_are_valid_tool_replies():
   examples, dropped = warmstart.library_examples("tool", "", 1, ValidatorConfig(), 0)
-  assert dropped == {"no_class": 0, "invalid": 0}
+  assert dropped == {"no_class": 0, "copy": 0, "invalid": 0}
   assert sorted(e.name for e in examples) == sorted(e.name for e in library_entries("tool"))
   assert all(not e.changes for e in examples)  # no integer constructor defaults to rescale
   report = validate(examples[0].reply, ValidatorConfig())
@@ -115,7 +143,7 @@ def test_rows_train_the_reply_beside_other_seeds(tok, tmp_path):
   examples, _ = warmstart.library_examples("game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0)
   examples = examples[:3]
   d = _designer(tok, tmp_path)
-  rows, lengths, kept = warmstart.example_rows(d, examples, "game", seed=0)
+  rows, lengths, kept = warmstart.example_rows(d, examples, "game", seed=0, seeded=True)
   assert kept == [e.name for e in examples] and rows.batch_size == 3
   assert rows.seq_len % 256 == 0 and np.all(rows.advantages_B == 1.0)
   classes = {e.name: e.class_name for e in library_entries("game")}
@@ -128,13 +156,26 @@ def test_rows_train_the_reply_beside_other_seeds(tok, tmp_path):
     assert f"class {classes[ex.name]}" not in prompt
     assert any(f"class {c}" in prompt for name, c in classes.items() if name != ex.name)
     reply = [t for t, m in zip(rows.tokens_BT[i].tolist(), mask) if m]
-    assert reply[-1] == tok.eos_ids[0]
+    assert reply[-1] == ChatFraming.from_tokenizer(tok).turn_end
     assert GAME_REPLY_HELPERS + tok.decode(reply[:-1]) == ex.reply
     assert lengths[ex.name] == len(reply)
   # a reply longer than max_new_tokens is dropped
   short = _designer(tok, tmp_path, max_new=32)
-  rows, lengths, kept = warmstart.example_rows(short, examples, "game", seed=0)
+  rows, lengths, kept = warmstart.example_rows(short, examples, "game", seed=0, seeded=True)
   assert rows is None and kept == [] and len(lengths) == 3
+
+
+def test_unseeded_rows_show_no_seed_and_a_document_when_the_run_has_them(tok, tmp_path):
+  examples, _ = warmstart.library_examples("game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0)
+  d = _designer(tok, tmp_path)
+  docs = ["The lighthouse keeper counted ships.", "Bees dance to share directions."]
+  rows, _, kept = warmstart.example_rows(d, examples[:4], "game", 0, seeded=False, documents=docs)
+  classes = [e.class_name for e in library_entries("game")]
+  for i in range(len(kept)):
+    first = int(np.argmax(rows.loss_mask_BT[i]))
+    prompt = tok.decode(rows.tokens_BT[i, :first].tolist())
+    assert not any(f"class {c}" in prompt for c in classes)
+    assert any(doc in prompt for doc in docs)
 
 
 def test_draw_batches_cycles_epochs():
@@ -174,7 +215,7 @@ def test_warm_start_lowers_the_nll_and_resets_the_optimizer(policy_dirs, tmp_pat
   every, _ = warmstart.library_examples("game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0)
   few = sorted(every, key=lambda e: len(e.reply))[:4]
   monkeypatch.setattr(
-    warmstart, "library_examples", lambda *a: (few, {"invalid": 0, "no_class": 1})
+    warmstart, "library_examples", lambda *a: (few, {"invalid": 1, "no_class": 0, "copy": 0})
   )
   mesh = sharding.make_mesh((1, -1, 1))
   model, _, tok = runner.load_policy(config, mesh)
@@ -192,6 +233,7 @@ def test_warm_start_lowers_the_nll_and_resets_the_optimizer(policy_dirs, tmp_pat
   nll = record["nll"]
   assert len(nll) == 6 and nll[-1] < nll[0] - 0.5, nll
   assert metrics["warm/examples"] == 4 and metrics["warm/dropped_invalid"] == 1
+  assert metrics["warm/skipped_steps"] == 0 and metrics["warm/dropped_too_long"] == 0
   assert metrics["warm/nll_first"] == nll[0]
   assert [r["trained"] for r in record["examples"]] == [True] * 4
   assert all(r["reply_tokens"] > 100 for r in record["examples"])
@@ -242,7 +284,7 @@ def test_run_wires_the_warm_start_once(policy_dirs, tmp_path, monkeypatch):
   calls = []
   real = warmstart.warm_start
 
-  def spy(graphdef, state, designer, config, mesh):
+  def spy(graphdef, state, designer, config, mesh, documents):
     calls.append(designer.cfg.reply_prefix)
     every, _ = warmstart.library_examples("game", "", 0, ValidatorConfig(), 0)
     two = sorted(every, key=lambda e: len(e.reply))[:2]
@@ -251,7 +293,7 @@ def test_run_wires_the_warm_start_once(policy_dirs, tmp_path, monkeypatch):
     # whole environments: it sees a copy of the designer with room for them
     roomy = copy.copy(designer)
     roomy.cfg = dataclasses.replace(designer.cfg, max_new_tokens=1536)
-    return real(graphdef, state, roomy, config, mesh)
+    return real(graphdef, state, roomy, config, mesh, documents)
 
   monkeypatch.setattr(warmstart, "warm_start", spy)
   config = test_loop.tiny_config(*policy_dirs)
@@ -269,6 +311,14 @@ def test_run_wires_the_warm_start_once(policy_dirs, tmp_path, monkeypatch):
   train.train(config, workdir)  # resumes: no second warm start
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert len(calls) == 1 and len(rows) == 2 and "warm/steps" not in rows[1]
+  # the loop trained the warm-started policy: its first update's NLL differs from a cold run's
+  config.steps, config.warm_start.steps = 1, 0
+  train.train(config, tmp_path / "cold")
+  cold = [
+    json.loads(line) for line in (tmp_path / "cold" / "metrics.jsonl").read_text().splitlines()
+  ]
+  assert "warm/steps" not in cold[0] and not (tmp_path / "cold" / "warm_start.json").exists()
+  assert cold[0]["train/nll"] != rows[0]["train/nll"]
 
 
 def test_designer_probe_samples_from_the_warm_started_policy(policy_dirs, tmp_path):

@@ -8,14 +8,18 @@ environments from the designer prompts a run starts with.
   written as the reply the loop's designer gives (`reply_text`: the configured reply prefix, then
   the rest of the source, fenced). An example is kept only when that reply passes the designer's
   own validator as a sample would (a variant whose task became infeasible, or a twin that needs a
-  module helper the reply prefix does not define, is dropped) and fits ``designer.max_new_tokens``
-  (a reply the loop could never finish teaches nothing it can use).
-* **Prompts**: the designer prompt of the example's skill with library seeds drawn as a run's
-  first prompts draw them, from a memory holding every library environment *but the example's
-  own*: the model learns to write an environment beside the ones it is shown, not to copy one.
+  module helper the reply prefix does not define, is dropped), is not what the loop rejects as a
+  verbatim copy of a library seed (when the run seeds its memory with them, `copy_rejected`:
+  then an original trains only in a reply-prefix form that differs from it, its variants always),
+  and fits ``designer.max_new_tokens`` (a reply the loop could never finish teaches nothing).
+* **Prompts**: built as a run's first designer prompts are (`Designer.fitted_messages`, room for
+  ``max_new_tokens``): a grounding document when the run has a corpus (drawn by a sampler of its
+  own, so the loop's draws are unchanged), and, when the run seeds its memory with the library,
+  seeds drawn by `EnvMemory.select` from a memory holding every library environment *but the
+  example's own*: the model learns to write an environment beside those it is shown.
 * **Update**: the GRPO step with advantage 1 and no importance correction (one optimizer step
-  per batch: ratio 1, so the gradient is the token-level cross-entropy's), its own AdamW at the
-  constant ``warm_start.learning_rate``; the loop then starts with fresh optimizer moments, and
+  per batch: ratio 1, so the gradient is that of the token cross-entropy of the reply at the
+  designer's sampling temperature), its own AdamW at the constant ``warm_start.learning_rate``; the loop then starts with fresh optimizer moments, and
   (``train.kl_coef > 0``) the warm-started policy is the KL reference.
 """
 
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +38,13 @@ from spade_jax import multihost, trajectories
 from spade_jax.envs.sandbox import validate as validation
 from spade_jax.rl import losses
 from spade_jax.rl.optimizer import make_optimizer
+from spade_jax.rl.train_state import state_shardings
 from spade_jax.rl.update import make_update
+from spade_jax.rollout.chat import ChatFraming
 from spade_jax.spade import config as spade_config
+from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.library_seeds import LibraryEntry, library_entries
-from spade_jax.spade.memory import EnvMemory
+from spade_jax.spade.memory import EnvMemory, normalise_source
 
 FACTORS = (0.5, 0.75, 1.5, 2.0)  # how a variant rescales an integer default
 
@@ -58,7 +67,8 @@ def int_defaults(source: str, class_name: str) -> list[tuple[str, int, int, int]
   """``(parameter, value, start, end)`` of every non-negative integer default of
   ``class_name.__init__`` in ``source`` (character offsets of the literal; bools excluded)."""
   tree = ast.parse(source)
-  starts = np.cumsum([0] + [len(line) for line in source.splitlines(keepends=True)])
+  lines = source.split("\n")  # the line breaks ast counts (str.splitlines knows more)
+  starts = np.cumsum([0] + [len(line) + 1 for line in lines])
   out = []
   for node in tree.body:
     if not (isinstance(node, ast.ClassDef) and node.name == class_name):
@@ -66,11 +76,12 @@ def int_defaults(source: str, class_name: str) -> list[tuple[str, int, int, int]
     for fn in node.body:
       if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
         continue
-      args = fn.args.args[len(fn.args.args) - len(fn.args.defaults) :] + fn.args.kwonlyargs
+      positional = fn.args.posonlyargs + fn.args.args
+      args = positional[len(positional) - len(fn.args.defaults) :] + fn.args.kwonlyargs
       defaults = list(fn.args.defaults) + list(fn.args.kw_defaults)
       for arg, d in zip(args, defaults):
         if isinstance(d, ast.Constant) and type(d.value) is int:
-          line = source.splitlines(keepends=True)[d.lineno - 1]
+          line = lines[d.lineno - 1]
           # ast offsets count UTF-8 bytes; the literal's line may hold other characters first
           col = len(line.encode()[: d.col_offset].decode())
           end = len(line.encode()[: d.end_col_offset].decode())
@@ -119,12 +130,10 @@ def reply_text(source: str, class_name: str, prefix: str) -> str | None:
     return "```python\n" + body
   if not prefix.endswith("class"):
     raise ValueError(f"a reply prefix must end with 'class', got {prefix[-20:]!r}")
-  at = body.find(f"\nclass {class_name}")
-  if body.startswith(f"class {class_name}"):
-    at = -1
-  elif at < 0:
+  found = re.search(rf"^class {re.escape(class_name)}\b", body, re.MULTILINE)
+  if found is None:
     return None
-  return prefix + body[at + len("\nclass") :]
+  return prefix + body[found.start() + len("class") :]
 
 
 def library_examples(
@@ -133,9 +142,12 @@ def library_examples(
   variants: int,
   validator: validation.ValidatorConfig,
   seed: int,
+  copy_rejected: bool = False,
 ) -> tuple[list[Example], dict[str, int]]:
   """The warm start's examples of a setting (``kind``: "game" or "tool") and counts of what was
-  dropped and why (``invalid``: the reply failed validation; ``no_class``: no reply form)."""
+  dropped and why (``no_class``: no reply form; ``copy``: with ``copy_rejected``, a reply whose
+  code is a whitespace-normalised copy of a library environment, as the loop's designer rejects
+  when its memory holds library seeds; ``invalid``: the reply failed validation)."""
   todo: list[tuple[LibraryEntry, str, str, dict]] = []
   for k, e in enumerate(library_entries(kind)):
     todo.append((e, e.name, e.source, {}))
@@ -143,11 +155,17 @@ def library_examples(
     for v, (source, changes) in enumerate(found):
       todo.append((e, f"{e.name}+{v + 1}", source, changes))
   replies = [reply_text(source, e.class_name, prefix) for e, _, source, _ in todo]
-  checked = [i for i, r in enumerate(replies) if r is not None]
+  library = {normalise_source(e.source) for e in library_entries(kind)} if copy_rejected else set()
+  copies = [
+    i
+    for i, r in enumerate(replies)
+    if r is not None and normalise_source(validation.extract_code(r)) in library
+  ]
+  checked = [i for i, r in enumerate(replies) if r is not None and i not in copies]
   reports = multihost.shared_map(
     lambda r: validation.validate(r, validator), [replies[i] for i in checked]
   )
-  dropped = {"no_class": len(todo) - len(checked), "invalid": 0}
+  dropped = {"no_class": sum(r is None for r in replies), "copy": len(copies), "invalid": 0}
   out = []
   for i, report in zip(checked, reports):
     e, name, _, changes = todo[i]
@@ -158,30 +176,44 @@ def library_examples(
   return out, dropped
 
 
-def example_rows(designer, examples: list[Example], kind: str, seed: int, bucket: int = 256):
-  """The examples as host `Trajectories` (designer rows, advantage 1, the reply and its stop
-  token trained; None when none fits) and ``{name: reply tokens}`` of every example, with
-  the names of those that fit. One that does not: a reply longer than the designer's
-  ``max_new_tokens``, or a prompt that leaves no room for it even without seeds. Each prompt
-  shows library seeds (`EnvMemory.select`) of a memory without the example's own environment."""
+def example_rows(
+  designer,
+  examples: list[Example],
+  kind: str,
+  seed: int,
+  *,
+  seeded: bool,
+  documents: Sequence[str] | None = None,
+  bucket: int = 256,
+):
+  """The examples as host `Trajectories` (designer rows, advantage 1, the reply and the chat's
+  end-of-turn token trained; None when none fits), ``{name: reply tokens}`` of every example,
+  and the names of those that fit. One does not when its reply is longer than the designer's
+  ``max_new_tokens`` or its prompt leaves no room for the reply even without seeds. Prompts are
+  a run's first prompts (module docstring): a document of ``documents`` (drawn by a sampler of
+  its own) and, when ``seeded``, library seeds of a memory without the example's own
+  environment."""
   tok, prefix = designer.tok, designer.cfg.reply_prefix
+  stop = ChatFraming.from_tokenizer(tok).turn_end
   entries = library_entries(kind)
+  corpus = CorpusSampler(documents, seed=seed + 29) if documents else None
   tokens, masks, kept, lengths = [], [], [], {}
   for i, ex in enumerate(examples):
-    response = tok.encode(ex.reply[len(prefix) :]) + [tok.eos_ids[0]]
+    response = tok.encode(ex.reply[len(prefix) :]) + [stop]
     lengths[ex.name] = len(response)
-    memory = EnvMemory()
-    base = ex.name.split("+")[0]
-    for e in entries:
-      if e.name != base:
-        memory.add_seed(e.source, e.skill, name=e.name)
-    seeds, _ = memory.select(ex.skill, seed=(seed, 29, i))
-    key = (seed, 29, i, 0)
-    conv, _ = designer.fitted_messages(ex.skill, None, seeds, None, key, room=len(response))
+    seeds = ()
+    if seeded:
+      memory = EnvMemory()
+      base = ex.name.split("+")[0]
+      for e in entries:
+        if e.name != base:
+          memory.add_seed(e.source, e.skill, name=e.name)
+      seeds, _ = memory.select(ex.skill, seed=(seed, 29, i))
+    doc = corpus.next() if corpus is not None else None
+    conv, _ = designer.fitted_messages(ex.skill, doc, seeds, None, (seed, 29, i, 0))
     prompt = designer.prompt_ids(conv, prefix)
-    if len(response) > designer.cfg.max_new_tokens or len(prompt) + len(response) > (
-      designer.max_context
-    ):
+    too_long = len(response) > designer.cfg.max_new_tokens
+    if too_long or len(prompt) + len(response) > designer.max_context:
       continue
     kept.append(ex.name)
     tokens.append(prompt + response)
@@ -210,57 +242,55 @@ def draw_batches(seed: int, rows: int, steps: int, batch: int) -> np.ndarray:
   return order[:need].reshape(steps, batch).astype(np.int32)
 
 
-def warm_start(graphdef, state, designer, config, mesh=None):
-  """Runs ``config.warm_start.steps`` supervised designer steps of ``warm_start.batch`` rows;
-  returns ``(state, metrics, record)`` (``record``: the per-step NLL and every example, JSON-able,
-  with whether it trained). Raises `WarmStartError` when no example fits."""
-  c = config.warm_start
+def warm_start(graphdef, state, designer, config, mesh=None, documents=None):
+  """Runs ``config.warm_start.steps`` supervised designer steps of ``warm_start.batch`` rows on
+  ``state``, a run's fresh train state (its optimizer moments are the warm start's first, then
+  the loop's fresh ones); ``documents``: the run's grounding corpus, if any. Returns ``(state,
+  metrics, record)`` (``record``: the per-step NLL and every example, JSON-able, with its reply
+  length and whether it trained). Raises `WarmStartError` when no example fits."""
+  c, s = config.warm_start, config.spade
   kind = designer.cfg.kind
+  seeded = bool(s.memory and s.library_seeds and designer.cfg.use_memory)
   examples, dropped = library_examples(
-    kind, designer.cfg.reply_prefix, c.variants, designer.validator, config.seed
+    kind, designer.cfg.reply_prefix, c.variants, designer.validator, config.seed, seeded
   )
-  rows, lengths, kept = example_rows(designer, examples, kind, config.seed)
+  rows, lengths, kept = example_rows(
+    designer, examples, kind, config.seed, seeded=seeded, documents=documents
+  )
   if rows is None:
     raise WarmStartError(
       f"warm start: none of the {len(examples)} library examples fits designer.max_new_tokens="
       f"{designer.cfg.max_new_tokens} and designer.max_context={designer.max_context}"
     )
-  opt_cfg = dataclasses.replace(
-    spade_config.optimizer_config(config), learning_rate=c.learning_rate
-  )
+  run_opt = spade_config.optimizer_config(config)
+  opt_cfg = dataclasses.replace(run_opt, learning_rate=c.learning_rate)
   loss_cfg = losses.LossConfig(
     tis_cap=None, temperature=config.designer.temperature, logprob_chunk=config.train.logprob_chunk
   )
-  run_step = np.asarray(jax.device_get(state.step))
-  warm = state.replace(opt_state=make_optimizer(opt_cfg).init(state.params))
+  # the constant schedule keeps no learning rate in the optimizer state: the fresh state's
+  # moments serve the warm start's optimizer as they are (no second set in memory)
   update = make_update(
-    graphdef,
-    loss_cfg,
-    opt_cfg,
-    mesh=mesh,
-    state=warm,
-    **spade_config.micro_batching(config),
+    graphdef, loss_cfg, opt_cfg, mesh=mesh, state=state, **spade_config.micro_batching(config)
   )
+  run_step = int(jax.device_get(state.step))
   idx = draw_batches(config.seed, rows.batch_size, c.steps, c.batch)
-  nll = []
+  nll, skipped = [], 0
   for t in range(c.steps):
-    batch = jax.tree.map(lambda x, t=t: x[idx[t]], rows)
-    warm, m = update(warm, batch)
-    nll.append(float(jax.device_get(m["train/nll"])))
-  state = warm.replace(
-    step=jnp.asarray(run_step),
-    opt_state=make_optimizer(spade_config.optimizer_config(config)).init(warm.params),
-    ref_params=None if warm.ref_params is None else jax.tree.map(jnp.copy, warm.params),
-  )
+    state, m = update(state, jax.tree.map(lambda x, t=t: x[idx[t]], rows))
+    m = jax.device_get(m)
+    nll.append(float(m["train/nll"]))
+    skipped += int(m["train/update_skipped"] > 0)
+  state = loop_state(state, make_optimizer(run_opt), run_step, mesh)
   metrics = {
     "warm/steps": float(c.steps),
     "warm/examples": float(rows.batch_size),
     "warm/variants": float(sum(bool(e.changes) for e in examples)),
-    "warm/dropped_invalid": float(sum(dropped.values())),
-    "warm/dropped_too_long": float(len(examples) - len(kept)),
+    "warm/skipped_steps": float(skipped),
     "warm/seq_len": float(rows.seq_len),
+    "warm/dropped_too_long": float(len(examples) - len(kept)),
   }
-  if nll:
+  metrics.update({f"warm/dropped_{k}": float(v) for k, v in dropped.items()})
+  if nll:  # the first step's NLL (before any update) and the mean over the last quarter
     metrics["warm/nll_first"] = nll[0]
     metrics["warm/nll_last"] = float(np.mean(nll[-max(1, len(nll) // 4) :]))
   records = [
@@ -268,3 +298,21 @@ def warm_start(graphdef, state, designer, config, mesh=None):
     for e in examples
   ]
   return state, metrics, {"nll": nll, "examples": records}
+
+
+def loop_state(state, optimizer, step: int, mesh=None):
+  """The warm state as the loop starts from it, in place (the warm state is donated): update
+  count ``step``, ``optimizer``'s fresh moments, and (when the state has one) the warm policy
+  as the KL reference."""
+
+  def reset(s):
+    return s.replace(
+      step=jnp.asarray(step, s.step.dtype),
+      opt_state=optimizer.init(s.params),
+      ref_params=None if s.ref_params is None else jax.tree.map(jnp.copy, s.params),
+    )
+
+  if mesh is None:
+    return jax.jit(reset, donate_argnums=0)(state)
+  sh = state_shardings(state, mesh)
+  return jax.jit(reset, in_shardings=(sh,), out_shardings=sh, donate_argnums=0)(state)
