@@ -68,8 +68,26 @@ def test_report_and_cli(tmp_path, capsys):
   assert "3 sampled (2 finished" in text and "non-zero regret: 1" in text
   assert "| 0 | 3 | 2 | new | 0.25 | - | - | 100 |" in text
   assert text.count("### `") == 1 and "class Step000000_Game00_Attempt1Env" in text
+  assert "got furthest" not in text
+  # fewer passed than asked for: the failed samples that got furthest fill the examples
+  text = run_report.report(run, examples=3)
+  assert text.count("### `") == 3 and "## Failed samples that got furthest" in text
+  assert "`step000000_game00_attempt0.py` (step -, attempt -, - tokens, finished False)" in text
+
   out = tmp_path / "report.md"
   assert run_report.main([str(run), "--out", str(out)]) == 0
   assert out.read_text() == capsys.readouterr().out
   assert run_report.main([str(tmp_path / "nothing")]) == 2
   assert "not a run directory" in capsys.readouterr().err
+
+
+def test_furthest_failures_order():
+  records = [
+    {"file": "a.py", "valid": False, "stage": "static", "finished": True, "gen_step": 4},
+    {"file": "b.py", "valid": False, "stage": "contract", "finished": False, "gen_step": 0},
+    {"file": "c.py", "valid": False, "stage": "contract", "finished": True, "gen_step": 0},
+    {"file": "d.py", "valid": False, "stage": "static", "finished": True, "gen_step": 6},
+    {"file": "e.py", "valid": True, "stage": "ok", "finished": True, "gen_step": 6},
+  ]
+  got = [r["file"] for r in run_report.furthest_failures(records, 4)]
+  assert got == ["c.py", "b.py", "d.py", "a.py"]

@@ -8,7 +8,10 @@
   translator's refusals), were trained on, and earned non-zero regret;
 * one row per iteration of ``RUN/metrics.jsonl``: designer attempts and passes, the pool's
   source, solve rates with and without the hint, regret, and the time of each phase;
-* the passed environments, each with its verdict, and the sources of the first ``N``.
+* the passed environments, each with its verdict, and the sources of the first ``N``; when fewer
+  than ``N`` passed, the failed samples that got furthest (`furthest_failures`: latest stage
+  reached, then finished within the budget, then the latest step) with their verdicts and
+  sources, so a report shows what the model wrote whatever the numbers are.
 
 It reads files only (no model, no sandbox), so it works on a run still in progress.
 """
@@ -106,6 +109,26 @@ def iteration_table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def furthest_failures(records: list[dict], n: int) -> list[dict]:
+  """The ``n`` failed samples that reached the latest validation stage (`observe.DESIGNER_STAGES`
+  order), those that finished within the token budget first, then the latest step first."""
+  order = {stage: k for k, stage in enumerate(observe.DESIGNER_STAGES)}
+  failed = [r for r in records if not r.get("valid")]
+  key = lambda r: (  # noqa: E731
+    -order.get(r.get("stage"), -1),
+    not r.get("finished"),
+    -int(r.get("gen_step") or 0),
+    r["file"],
+  )
+  return sorted(failed, key=key)[:n]
+
+
+def _source_block(run: Path, record: dict) -> list[str]:
+  src = run / "envs" / record["file"]
+  text = src.read_text() if src.exists() else record.get("source", "")
+  return ["", f"### `{record['file']}`", "", "```python", text.strip("`\n"), "```"]
+
+
 def report(run: Path, examples: int = 3) -> str:
   run = Path(run)
   records = environment_records(run)
@@ -136,9 +159,18 @@ def report(run: Path, examples: int = 3) -> str:
         f"{r.get('hint', '-')!r}"
       )
     for r in passed[:examples]:
-      src = run / "envs" / r["file"]
-      text = src.read_text() if src.exists() else r.get("source", "")
-      out += ["", f"### `{r['file']}`", "", "```python", text.strip("`\n"), "```"]
+      out += _source_block(run, r)
+  failures = furthest_failures(records, examples - min(examples, len(passed)))
+  if failures:
+    out += ["", "## Failed samples that got furthest", ""]
+    for r in failures:
+      out.append(
+        f"* `{r['file']}` (step {r.get('gen_step', '-')}, attempt {r.get('attempt', '-')}, "
+        f"{r.get('response_tokens', '-')} tokens, finished {bool(r.get('finished'))}): failed "
+        f"at `{r.get('stage')}`: {r.get('reason', '-')}"
+      )
+    for r in failures:
+      out += _source_block(run, r)
   return "\n".join(out) + "\n"
 
 
