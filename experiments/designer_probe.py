@@ -6,11 +6,11 @@ r"""Runs the designer alone: what a config's policy writes and where its samples
 Builds the config's policy, corpus, memory (with library seeds when ``spade.library_seeds``) and
 validator exactly as the training loop does, then runs ``--rounds`` regenerations of
 ``spade.num_games`` slots (``spade.max_attempts`` attempts each) with the initial weights: no
-plays, no update. With ``--config.warm_start.steps=N`` the designer warm start (`spade.warmstart`)
-runs first, as a run starts with it, and the rounds sample from the warm-started weights (its
-record goes to ``<workdir>/warm_start.json``). Every attempt's source and verdict go to ``<workdir>/envs`` as in a run; the
-summary (stage counts, passes, translations, seeds shown, seconds) is printed and written to
-``<workdir>/probe.json``.
+plays, no update. With ``--config.warm_start.steps=N`` the designer warm start
+(`spade.warmstart`) runs first, as a run starts with it, and the rounds sample from the
+warm-started weights (its record goes to ``<workdir>/warm_start.json``). Every attempt's source
+and verdict go to ``<workdir>/envs`` as in a run; the summary (stage counts, passes,
+translations, seeds shown, seconds) is printed and written to ``<workdir>/probe.json``.
 """
 
 from __future__ import annotations
