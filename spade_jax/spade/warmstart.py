@@ -156,11 +156,11 @@ def library_examples(
       todo.append((e, f"{e.name}+{v + 1}", source, changes))
   replies = [reply_text(source, e.class_name, prefix) for e, _, source, _ in todo]
   library = {normalise_source(e.source) for e in library_entries(kind)} if copy_rejected else set()
-  copies = [
+  copies = {
     i
     for i, r in enumerate(replies)
     if r is not None and normalise_source(validation.extract_code(r)) in library
-  ]
+  }
   checked = [i for i, r in enumerate(replies) if r is not None and i not in copies]
   reports = multihost.shared_map(
     lambda r: validation.validate(r, validator), [replies[i] for i in checked]
