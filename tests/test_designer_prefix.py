@@ -1,15 +1,20 @@
 """The designer's reply prefix (`DesignerConfig.reply_prefix`): forced after the assistant header,
 part of the prompt ids and of the extracted source; off by default (prompts unchanged)."""
 
+import ast
 from types import SimpleNamespace
 
 from hf_fixtures import tiny_tokenizer_dir
 
-from spade_jax.envs.sandbox.validate import ValidatorConfig
+from spade_jax.envs.sandbox.validate import ValidatorConfig, extract_code
+from spade_jax.envs.translate import answers
+from spade_jax.envs.translate.pipeline import ByteTokenizer, translate
 from spade_jax.spade import designer as designer_lib
+from spade_jax.spade import warmstart
 from spade_jax.spade.config import base_config
-from spade_jax.spade.library_seeds import seed_memory
-from spade_jax.spade.memory import EnvMemory
+from spade_jax.spade.library_seeds import library_entries, seed_memory
+from spade_jax.spade.memory import EnvMemory, normalise_source
+from spade_jax.spade.prompts import GAME_REPLY_HELPERS
 from spade_jax.tokenizer import load_tokenizer
 
 PREFIX = "```python\nimport random\nimport re\n\n\nclass"
@@ -136,3 +141,35 @@ def test_prefix_counts_toward_the_prompt_budget(tmp_path):
       d.max_context = sizes[m] + 9
       _, kept = d.fitted_messages("Mathematical Reasoning", None, seeds, None, (0, 0, 0, 0))
       assert kept == tuple(seeds[: max(m - 1, 0)])
+
+
+def test_helpers_prefix_parses_answers_as_the_device_does():
+  """`reply=helpers` opens the reply with the library twins' own answer parser, the one the
+  translator lowers to the device parser: a class written after it can be put on device (an
+  earlier prefix with a parser of its own made every such environment untranslatable)."""
+  code = GAME_REPLY_HELPERS.removeprefix("```python\n").removesuffix("class")
+  tree = ast.parse(code)
+  fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_boxed_ints")
+  consts = {
+    n.targets[0].id: n.value.args[0].value
+    for n in tree.body
+    if isinstance(n, ast.Assign) and n.targets[0].id in ("_BOXED", "_INTS")
+  }
+  assert (answers.function_dump(fn), consts) == answers.reference_parser()
+  twin = next(e for e in library_entries("game") if e.name == "arith_chain")
+  reply = warmstart.reply_text(twin.source, twin.class_name, GAME_REPLY_HELPERS)
+  result = translate(extract_code(reply), ByteTokenizer())
+  assert result.program is not None, result.reason
+  assert result.answer_parse == "exact"
+
+
+def test_a_class_copied_after_the_prefix_is_a_copy():
+  """The "copy" stage compares code from the class on, so a seed's class written after a reply
+  prefix (which replaces the seed's docstring, imports and helpers) is still a copy."""
+  memory = EnvMemory()
+  seed_memory(memory, "game")
+  for e in library_entries("game")[:3]:
+    code = extract_code(warmstart.reply_text(e.source, e.class_name, GAME_REPLY_HELPERS))
+    assert normalise_source(code) != normalise_source(e.source)
+    assert memory.is_seed_copy(code).name == e.name
+    assert memory.is_seed_copy(code.replace("max_turns=", "max_turns=1 + ", 1)) is None

@@ -4,9 +4,10 @@ validation stage and is not a library seed.
 
 The designer runs alone through `experiments/designer_probe.py` (the same policy, memory, prompts
 and validator as a training run) with `smollm2_cpu.py:reply=helpers`: every reply starts with the
-generic prefix `prompts.GAME_REPLY_HELPERS` (imports, an answer-parsing helper, "class"), which
-the model continues, at temperature 0.3 (at the config's 0.6 no sample of 8 passed). The passing source is validated again here, in a fresh sandbox, and compared
-with every library seed (whitespace-normalised, as the designer's "copy" stage does).
+generic prefix `prompts.GAME_REPLY_HELPERS` (imports, the library's answer parser, "class"), which
+the model continues, at temperature 0.3 (at the config's 0.6 no sample of 8 passed). The passing
+source is validated again here, in a fresh sandbox, and compared with every library seed from
+its class on (`memory.copy_key`, as the designer's "copy" stage does).
 """
 
 import json
@@ -19,7 +20,7 @@ import pytest
 
 from spade_jax.envs.sandbox.validate import ValidatorConfig, validate
 from spade_jax.spade.library_seeds import library_entries
-from spade_jax.spade.memory import normalise_source
+from spade_jax.spade.memory import copy_key
 from spade_jax.spade.prompts import GAME_REPLY_HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def test_smollm2_writes_a_valid_environment(tmp_path):
   stages = {p.stem: json.loads(p.read_text())["stage"] for p in verdicts}
   assert passed, f"no sample passed validation: {stages}"
   assert total["designer/passed"] == len(passed)
-  seeds = {e.name: normalise_source(e.source) for e in library_entries("game")}
+  seeds = {e.name: copy_key(e.source) for e in library_entries("game")}
   for p in passed:
     source = p.with_suffix(".py").read_text()
     verdict = json.loads(p.read_text())
@@ -76,6 +77,6 @@ def test_smollm2_writes_a_valid_environment(tmp_path):
     prefix = GAME_REPLY_HELPERS.removeprefix("```python\n")
     assert source.startswith(prefix) and len(source) > len(prefix) + 100
     for name, seed in seeds.items():
-      assert normalise_source(source) != seed, f"{p.name} repeats the library seed {name}"
+      assert copy_key(source) != seed, f"{p.name} repeats the library seed {name}"
     again = validate(source, ValidatorConfig())
     assert again.valid and again.stage == "ok", again.reason

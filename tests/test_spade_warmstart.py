@@ -19,6 +19,7 @@ from spade_jax.spade import config as spade_config
 from spade_jax.spade import prompts, warmstart
 from spade_jax.spade.designer import Designer, DesignerConfig
 from spade_jax.spade.library_seeds import library_entries
+from spade_jax.spade.memory import EnvMemory
 from spade_jax.spade.prompts import GAME_REPLY_CLASS, GAME_REPLY_HELPERS
 from spade_jax.tokenizer import load_tokenizer
 
@@ -83,7 +84,12 @@ def test_reply_text_forms():
   helpers = warmstart.reply_text(ARGMAX.source, ARGMAX.class_name, GAME_REPLY_HELPERS)
   assert helpers.startswith(GAME_REPLY_HELPERS)
   code = extract_code(helpers)
-  assert f"class {ARGMAX.class_name}:" in code and "_INTS" not in code  # module helpers replaced
+  # the module's preamble (docstring, imports, helpers) is replaced by the prefix
+  start = ARGMAX.source.index(f"class {ARGMAX.class_name}:")
+  assert (
+    code.strip()
+    == (GAME_REPLY_HELPERS.removeprefix("```python\n") + ARGMAX.source[start + 5 :]).strip()
+  )
   assert warmstart.reply_text(ARGMAX.source, "NoSuchEnv", GAME_REPLY_HELPERS) is None
   assert warmstart.reply_text(ARGMAX.source, "Argmax", GAME_REPLY_HELPERS) is None  # whole names
   with pytest.raises(ValueError, match="must end with 'class'"):
@@ -109,15 +115,16 @@ def test_library_examples_are_valid_replies():
 
 def test_copies_of_library_seeds_are_left_out_when_the_loop_rejects_them():
   """With library seeds in the run's memory the loop rejects a verbatim copy of one (stage
-  "copy"): a plain reply of an original is one, so only its variants train; a reply-prefix form
-  replaces the module's helpers and is not."""
+  "copy", the same code from the class on): an original's reply is one in either form (plain, or
+  after a reply prefix that replaces the module's preamble), so only its variants train."""
   n = len(library_entries("game"))
-  plain, dropped = warmstart.library_examples("game", "", 1, ValidatorConfig(), 0, True)
-  assert dropped["copy"] == n and plain and all(e.changes for e in plain)
-  helpers, dropped = warmstart.library_examples(
-    "game", GAME_REPLY_HELPERS, 0, ValidatorConfig(), 0, True
-  )
-  assert dropped["copy"] == 0 and len(helpers) == n
+  for prefix in ("", GAME_REPLY_HELPERS):
+    found, dropped = warmstart.library_examples("game", prefix, 1, ValidatorConfig(), 0, True)
+    assert dropped["copy"] == n and found and all(e.changes for e in found)
+    memory = EnvMemory()
+    for e in library_entries("game"):
+      memory.add_seed(e.source, skill=e.skill, name=e.name)
+    assert all(memory.is_seed_copy(extract_code(e.reply)) is None for e in found)
 
 
 def test_tool_library_examples_are_valid_tool_replies():
@@ -352,7 +359,7 @@ def test_designer_probe_samples_from_the_warm_started_policy(policy_dirs, tmp_pa
       "--config.designer.hint_max_new_tokens=8",
       "--config.warm_start.steps=1",
       "--config.warm_start.batch=1",
-      "--config.warm_start.variants=0",
+      "--config.warm_start.variants=1",  # originals are copies of the seeds: variants train
     ],
     cwd=Path(__file__).resolve().parents[1],
     env=env,

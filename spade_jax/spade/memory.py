@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -78,6 +79,20 @@ def normalise_source(source: str) -> str:
   return " ".join(source.split())
 
 
+def class_text(source: str) -> str:
+  """``source`` from its first top-level ``class`` statement on, whitespace-normalised (empty
+  without one): what a copy of an environment keeps whatever precedes its class (a module
+  docstring, imports, helpers, or a designer reply prefix that replaces them)."""
+  found = re.search(r"^class\b", source, re.MULTILINE)
+  return normalise_source(source[found.start() :]) if found else ""
+
+
+def copy_key(source: str) -> str:
+  """What two sources share when one is a verbatim copy of the other: :func:`class_text`, or
+  for a source without a class its whole whitespace-normalised text."""
+  return class_text(source) or normalise_source(source)
+
+
 def _rng(seed: int | Sequence[int]) -> np.random.Generator:
   entropy = [int(seed)] if isinstance(seed, int | np.integer) else [int(s) for s in seed]
   if any(e < 0 for e in entropy):
@@ -122,11 +137,11 @@ class EnvMemory:
     return same, [r for r in self._seeds if r.skill != skill]
 
   def is_seed_copy(self, source: str) -> EnvRecord | None:
-    """The library seed ``source`` repeats verbatim (whitespace-normalised), or None."""
-    text = normalise_source(source)
-    if not text:
+    """The library seed ``source`` repeats verbatim (equal :func:`copy_key`), or None."""
+    key = copy_key(source)
+    if not key:
       return None
-    return next((r for r in self._seeds if normalise_source(r.source) == text), None)
+    return next((r for r in self._seeds if copy_key(r.source) == key), None)
 
   @property
   def records(self) -> tuple[EnvRecord, ...]:

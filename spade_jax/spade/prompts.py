@@ -56,26 +56,33 @@ OUTPUT_FORMAT = (
 # source is prefix + sample. Measured with SmolLM2-135M-Instruct in BUILD_NOTES.md (issue 29).
 # "class": a fence, the imports and `class`, so the model writes a class, not helper functions.
 GAME_REPLY_CLASS = "```python\nimport random\nimport re\n\n\nclass"
-# "helpers": the same with a small answer-parsing helper first (written here, not taken from a
-# library environment): the library twins the prompt shows call `_boxed_ints(action)` and
-# `NO_ANSWER`, which a class copied after GAME_REPLY_CLASS leaves undefined; its two-space body
-# also sets the indentation the twins use.
+# "helpers": the same with the library twins' answer parser first (`_BOXED`, `_INTS`,
+# `NO_ANSWER`, `_boxed_ints`, exactly as every twin defines them): the twins the prompt shows call
+# `_boxed_ints(action)` and `NO_ANSWER`, which a class copied after GAME_REPLY_CLASS leaves
+# undefined; this parser is the one the translator recognises as the device's own
+# (`envs.translate.answers.reference_parser`), so an environment written after it can be put on
+# device (tests/test_designer_prefix.py); its two-space body also sets the indentation the twins
+# use.
 GAME_REPLY_HELPERS = r'''```python
 import random
 import re
 
-NO_ANSWER = "No answer found. Answer in \\boxed{}."
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_INTS = re.compile(
+  r"[ \t\n\r\f\v]*-?[0-9]+[ \t\n\r\f\v]*(?:,[ \t\n\r\f\v]*-?[0-9]+[ \t\n\r\f\v]*)*"
+)
+NO_ANSWER = "No answer found. Put your final answer in \\boxed{}."
 
 
 def _boxed_ints(action):
-  """The integers in the last \\boxed{...} of action, or None."""
-  found = re.findall(r"\\boxed\{([^{}]*)\}", action)
-  if not found:
+  """The ints in the last \\boxed{...} of ``action`` (at most 12, each a 32-bit int), or None."""
+  found = _BOXED.findall(action)
+  if not found or not _INTS.fullmatch(found[-1]):
     return None
-  try:
-    return [int(v) for v in found[-1].replace(",", " ").split()]
-  except ValueError:
+  vals = [int(v) for v in re.findall(r"-?[0-9]+", found[-1])]
+  if len(vals) > 12 or any(not -(2**31) <= v < 2**31 for v in vals):
     return None
+  return vals
 
 
 class'''

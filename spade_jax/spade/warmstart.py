@@ -44,7 +44,7 @@ from spade_jax.rollout.chat import ChatFraming
 from spade_jax.spade import config as spade_config
 from spade_jax.spade.corpus import CorpusSampler
 from spade_jax.spade.library_seeds import LibraryEntry, library_entries
-from spade_jax.spade.memory import EnvMemory, normalise_source
+from spade_jax.spade.memory import EnvMemory, copy_key
 
 FACTORS = (0.5, 0.75, 1.5, 2.0)  # how a variant rescales an integer default
 
@@ -155,11 +155,11 @@ def library_examples(
     for v, (source, changes) in enumerate(found):
       todo.append((e, f"{e.name}+{v + 1}", source, changes))
   replies = [reply_text(source, e.class_name, prefix) for e, _, source, _ in todo]
-  library = {normalise_source(e.source) for e in library_entries(kind)} if copy_rejected else set()
+  library = {copy_key(e.source) for e in library_entries(kind)} if copy_rejected else set()
   copies = {
     i
     for i, r in enumerate(replies)
-    if r is not None and normalise_source(validation.extract_code(r)) in library
+    if r is not None and copy_key(validation.extract_code(r)) in library
   }
   checked = [i for i, r in enumerate(replies) if r is not None and i not in copies]
   reports = multihost.shared_map(
