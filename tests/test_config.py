@@ -81,3 +81,17 @@ def test_tool_use_setting_rotates_its_six_skills():
   c.spade.active_skills = 7
   with pytest.raises(ValueError, match=r"active_skills must lie in \[1, 6\]"):
     check_config(c)
+
+
+def test_smollm2_cpu_warm_arg_turns_the_designer_warm_start_on():
+  import importlib.util
+  from pathlib import Path
+
+  path = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "smollm2_cpu.py"
+  spec = importlib.util.spec_from_file_location("smollm2_cpu_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert module.get_config("reply=helpers").warm_start.steps == 0  # off by default
+  warm = module.get_config("reply=helpers,warm=1")
+  assert (warm.warm_start.steps, warm.warm_start.batch) == (16, 2)
+  check_config(warm)

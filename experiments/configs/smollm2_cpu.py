@@ -12,7 +12,8 @@ library seed pool (metric agent/pool_source = 2) and the step still trains. The 
 memory starts with the library environments as seeds (`spade.library_seeds`), so its first
 prompts carry worked examples (as many as fit: `designer/prompt_seeds_mean`). `reply=class` /
 `reply=helpers` start every designer reply with a fixed, generic prefix
-(`designer.reply_prefix`, prompts.REPLY_PREFIXES) that the model continues.
+(`designer.reply_prefix`, prompts.REPLY_PREFIXES) that the model continues. `warm=1` runs the
+supervised designer warm start first (`warm_start.steps` 16 of 2 rows; off by default).
 """
 
 from spade_jax.spade.config import base_config, parse_config_arg
@@ -22,7 +23,8 @@ from spade_jax.spade.rewards import VARIANTS
 
 def get_config(arg: str = ""):
   args = parse_config_arg(
-    arg, {"smoke": ("1",), "reward": VARIANTS, "reply": tuple(REPLY_PREFIXES)}
+    arg,
+    {"smoke": ("1",), "reward": VARIANTS, "reply": tuple(REPLY_PREFIXES), "warm": ("0", "1")},
   )
   c = base_config()
   c.spade.reward = args.get("reward", "regret")
@@ -43,6 +45,11 @@ def get_config(arg: str = ""):
   c.designer.max_context = 3072
   # a fixed opening of the designer's reply (prompts.REPLY_PREFIXES; BUILD_NOTES, issue 29)
   c.designer.reply_prefix = REPLY_PREFIXES[args.get("reply", "none")]
+  if args.get("warm") == "1":
+    # the supervised designer warm start as measured (BUILD_NOTES, issue 29): 16 steps of 2
+    # library variants in the reply form, ~40 min on this CPU; off by default
+    c.warm_start.steps = 16
+    c.warm_start.batch = 2
   c.agent.max_turns = 3
   c.agent.max_new_tokens = 96
   c.agent.max_context = 1024
