@@ -1,6 +1,8 @@
 """Generation throughput: spade_jax's engine vs transformers' PyTorch ``generate``, side by side.
 
-For each model (the tiny Qwen3 config of issue 3, SmolLM2-135M from its GGUF) and batch size,
+For each model (the tiny Qwen3 config of issue 3 built in JAX, untied; ``qwen3_hf``: issue 26's
+random Qwen3 built in transformers, tied, as ``vs_tunix.py`` and ``train_step.py --vs-torch`` use;
+SmolLM2-135M from its GGUF) and batch size,
 both engines get the same weights (ours exported with ``save_pretrained`` and loaded by
 transformers) and the same random prompts (all ``--prompt`` tokens long), and decode exactly
 ``--new`` tokens (no stop token) in each of ``--modes``: ``greedy``; ``top_p`` (temperature 1,
@@ -65,7 +67,17 @@ def build(name: str, dtype):
     return model, cfg
   if name == "smollm2":
     return load_pretrained("smollm2", dtype=dtype)
-  raise ValueError(f"unknown model {name!r} (tiny | smollm2)")
+  if name == "qwen3_hf":  # issue 26's model: built in transformers (tied), as vs_tunix.py's
+    import torch
+    from train_step import VS_TORCH
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    hf = Qwen3ForCausalLM(Qwen3Config(**VS_TORCH, torch_dtype="float32")).float()
+    with tempfile.TemporaryDirectory() as d:
+      hf.save_pretrained(d)
+      return load_pretrained(d, dtype=dtype)
+  raise ValueError(f"unknown model {name!r} (tiny | smollm2 | qwen3_hf)")
 
 
 def torch_model(model, cfg, torch_dtype):

@@ -117,7 +117,9 @@ def ours_decode(model, cfg, args) -> list[dict]:
   return rows
 
 
-def ours_update(model, cfg, args) -> dict:
+def update_setup(model, cfg, args):
+  """Our side's update on issue 26's shape: ``(step, state, batch, loss_start)`` (the jitted
+  update of ``model``, a fresh train state, the ``args.batch`` x ``prompt + new`` batch)."""
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -139,7 +141,14 @@ def ours_update(model, cfg, args) -> dict:
   nb.loss_mask_BT[:, :] = 0.0
   nb.loss_mask_BT[:, args.prompt :] = 1.0
   nb.rollout_logprobs_BT[:, :] = nb.loss_mask_BT * -np.log(cfg.vocab_size)
-  batch = jax.tree.map(jnp.asarray, nb)
+  return step, state, jax.tree.map(jnp.asarray, nb), loss_start
+
+
+def ours_update(model, cfg, args) -> dict:
+  import jax
+
+  step, state, batch, loss_start = update_setup(model, cfg, args)
+  seq = args.prompt + args.new
   t0 = time.perf_counter()
   state, m = step(state, batch)
   jax.block_until_ready(m)

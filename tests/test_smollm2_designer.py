@@ -1,6 +1,6 @@
 """Issue 29's first acceptance item: SmolLM2-135M-Instruct (initial weights, prompts seeded with
 library environments, a fixed seed, a small budget) writes an environment that passes every
-validation stage and is not a library seed.
+validation stage, is not a library seed, and is translated to the on-device program.
 
 The designer runs alone through `experiments/designer_probe.py` (the same policy, memory, prompts
 and validator as a training run) with `smollm2_cpu.py:reply=helpers`: every reply starts with the
@@ -68,6 +68,9 @@ def test_smollm2_writes_a_valid_environment(tmp_path):
   stages = {p.stem: json.loads(p.read_text())["stage"] for p in verdicts}
   assert passed, f"no sample passed validation: {stages}"
   assert total["designer/passed"] == len(passed)
+  # the chain goes on: a passing sample is put on device (the prefix's parser is the device's)
+  translated = [p for p in passed if json.loads(p.read_text())["translated"]]
+  assert translated, [json.loads(p.read_text())["translation_reason"] for p in passed]
   seeds = {e.name: copy_key(e.source) for e in library_entries("game")}
   for p in passed:
     source = p.with_suffix(".py").read_text()
