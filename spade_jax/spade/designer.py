@@ -10,7 +10,7 @@ Translation to an ``EnvProgram`` is attempted when a translator is installed; en
 that do not translate run on the host in the sandbox.
 
 With library seeds in the memory (`library_seeds.seed_memory`), an attempt whose extracted code is a verbatim
-(whitespace-normalised) copy of one is rejected at its own stage, "copy", before the sandbox
+copy of one from its class on (whitespace-normalised, `memory.copy_key`) is rejected at its own stage, "copy", before the sandbox
 runs; a prompt whose seeds would leave less than ``max_new_tokens`` of ``max_context`` drops
 seeds (last first) until it fits. Stage counts, passes, translation refusals and seeds shown are
 in the metrics (`spade.observe`). An optional ``reply_prefix`` (a fixed, generic opening of every
@@ -323,7 +323,7 @@ class Designer:
 
   def _copy_report(self, text: str, memory: EnvMemory | None):
     """A failed report at stage "copy" when the extracted code repeats a library seed of
-    ``memory`` verbatim (whitespace-normalised), else None."""
+    ``memory`` verbatim (`memory.copy_key`: from the class on, whitespace-normalised), else None."""
     if memory is None or not memory.seeds:
       return None
     source = validation.extract_code(text)
