@@ -68,15 +68,10 @@ def build(name: str, dtype):
   if name == "smollm2":
     return load_pretrained("smollm2", dtype=dtype)
   if name == "qwen3_hf":  # issue 26's model: built in transformers (tied), as vs_tunix.py's
-    import torch
-    from train_step import VS_TORCH
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from vs_tunix import save_model
 
-    torch.manual_seed(0)
-    hf = Qwen3ForCausalLM(Qwen3Config(**VS_TORCH, torch_dtype="float32")).float()
     with tempfile.TemporaryDirectory() as d:
-      hf.save_pretrained(d)
-      return load_pretrained(d, dtype=dtype)
+      return load_pretrained(save_model(d), dtype=dtype)
   raise ValueError(f"unknown model {name!r} (tiny | smollm2 | qwen3_hf)")
 
 
