@@ -23,8 +23,9 @@ a whole sequence or a prefill chunk, on :func:`attention`, which dispatches on
 * ``"auto"``: ``"cudnn"`` where it applies (GPU, bf16/fp16, head_dim a multiple of 8 and at
   most 128, or 256 from compute capability 9.0), else ``"xla"``.
 
-The decode step and the engine's chunked forward (:mod:`spade_jax.engine.kv_cache`) always
-use :func:`masked_attention` on their own ``[B, K, H, S]`` cache layout.
+The decode step and the engine's chunked forward (:mod:`spade_jax.engine.kv_cache`) use
+:func:`masked_attention` on their own ``[B, K, H, S]`` cache layout (the one-token step on the
+CPU backend: the same arithmetic as broadcast-multiply + sum).
 
 Matmuls run in ``cfg.dtype`` and accumulate in float32; norms, softmax and the residual stream
 are float32.
