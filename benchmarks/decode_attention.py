@@ -3,13 +3,14 @@
   python benchmarks/decode_attention.py [--batches 16,64] [--rounds 5] [--calls 50]
 
 The decode step attends one query per sequence (2 KV heads x 2 query heads of 64) to a
-256-slot key cache, 70 % of slots valid. Variants: ``dot`` (the engine's
-`masked_attention` on its ``[B, K, H, S]`` key cache: two batched dots), ``bcast`` (scores and
-output as broadcast-multiply + sum), and both with the key cache as ``[B, K, S, H]``
-(``ksh_dot``, ``ksh_bcast``). Prints one JSON object: per batch and variant the median
-microseconds of a jitted call (``--calls`` calls per round, rounds alternate the variants) and
-the max |output - dot's output|. Issue 26's finding (BUILD_NOTES): no variant beats ``dot`` by
-more than the noise, and all are bit-identical on XLA:CPU.
+256-slot key cache, 70 % of slots valid. Variants: ``dot`` (`masked_attention` on the
+engine's ``[B, K, H, S]`` key cache: two batched dots, what accelerators run), ``bcast``
+(scores and output as broadcast-multiply + sum), and both with the key cache as
+``[B, K, S, H]`` (``ksh_dot``, ``ksh_bcast``). Prints one JSON object: per batch and variant
+the median microseconds of a jitted call (``--calls`` calls per round, rounds alternate the
+variants) and the max |output - dot's output|. Issue 26's finding (BUILD_NOTES): all four are
+bit-identical on XLA:CPU and ``bcast`` is the fastest at batch 64, so the engine's one-token
+step uses it on the CPU backend (`spade_jax.engine.kv_cache.one_query_attention`).
 """
 
 from __future__ import annotations
