@@ -362,7 +362,11 @@ def test_micro_batches_of_a_segment():
   assert update.segment_micro_batches(1, 4096, 4, 8192) == 1
   assert update.segment_micro_batches(4, 4096, 1, 8192) == 2
   assert update.segment_micro_batches(8, 4096, 1, 4096) == 8
-  assert update.segment_micro_batches(6, 4096, 1, 4096) == 2  # 3 rows do not halve
+  assert update.segment_micro_batches(6, 4096, 1, 4096) == 6  # one row each
+  assert update.segment_micro_batches(6, 2048, 1, 4096) == 3  # not a power of two
+  assert update.segment_micro_batches(15, 1024, 1, 8192) == 3  # beside one designer row
+  assert update.segment_micro_batches(15, 1024, 1, 1000) == 15  # a row over the bound
+  assert update.segment_micro_batches(12, 1024, 2, 4096) == 4  # a multiple of gcd(2, 12)
 
 
 def test_length_segments_split_and_train_like_the_padded_batch(graphdef):

@@ -61,6 +61,11 @@ def get_config(arg: str = ""):
   # its own segment, at most 8192 token slots per micro-batch: without it a 16 x 512 agent batch
   # already peaked near 23 GB on this 24 GB machine
   c.train.micro_tokens = 8192
+  # recompute each layer's activations in the backward pass: once a designer sample trains, the
+  # update holds its long segment beside the agent's rows, and without remat the iteration was
+  # OOM-killed at 24.4 GB on this 24 GB machine (three tries, docs/RUNS.md "One iteration ...");
+  # with it the same iteration peaked at 10.4 GB
+  c.model.remat = "full"
   c.train.learning_rate = 1e-6
   c.eval.items_per_task = 2
   c.eval.max_new_tokens = 96

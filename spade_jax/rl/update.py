@@ -144,13 +144,18 @@ def _segments(batch) -> tuple[Trajectories, ...]:
 
 def segment_micro_batches(rows: int, seq_len: int, micro_batches: int, micro_tokens: int) -> int:
   """Micro-batches of a segment of ``rows`` x ``seq_len``: as many of ``micro_batches`` as
-  divide its rows (``gcd``), then doubled while a micro-batch holds more than ``micro_tokens``
-  token slots and the rows still divide (``micro_tokens`` 0: no token bound). A segment of long
-  rows (the designer's) is thereby trained a few rows at a time."""
-  m = math.gcd(micro_batches, rows)
-  while micro_tokens and (rows // m) * seq_len > micro_tokens and rows % (2 * m) == 0:
-    m *= 2
-  return m
+  divide its rows (``g = gcd``), or with ``micro_tokens`` (0: no token bound) the fewest
+  multiple of ``g`` dividing the rows whose micro-batches hold at most ``micro_tokens`` token
+  slots (one row each when no fewer do). A segment of long rows (the designer's) is thereby
+  trained a few rows at a time, and so is an odd one (the 15 agent rows beside one designer
+  row: halving alone could not split it, and SmolLM2's update ran out of memory)."""
+  base = math.gcd(micro_batches, rows)
+  if not micro_tokens:
+    return base
+  for m in range(base, rows, base):
+    if rows % m == 0 and (rows // m) * seq_len <= micro_tokens:
+      return m
+  return rows
 
 
 def loss_and_grads(
