@@ -127,8 +127,8 @@ def write_kv(k_BKHS, v_BKSH, k_BTKH, v_BTKH, index):
 def one_query_attention(q_BKGH, k_BKHS, v_BKSH, mask, dt):
   """`masked_attention` of one query per sequence, as broadcast-multiply + sum instead of the
   batched ``[G, H] x [H, S]`` dots: the same float32 sums (bit-identical outputs on XLA:CPU),
-  11-17 % more decode tokens/s at batch 64 on the 2-core CPU (issue 26;
-  benchmarks/decode_attention.py times one layer's)."""
+  2-17 % more decode tokens/s at batch 64 on the 2-core CPU in two A/B runs (issue 26,
+  BUILD_NOTES; benchmarks/decode_attention.py times one layer's)."""
   H = q_BKGH.shape[-1]
   q = q_BKGH.astype(dt).astype(jnp.float32)
   scores_BKGS = jnp.sum(q[..., None] * k_BKHS.astype(dt).astype(jnp.float32)[:, :, None], axis=-2)

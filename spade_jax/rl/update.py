@@ -148,7 +148,7 @@ def segment_micro_batches(rows: int, seq_len: int, micro_batches: int, micro_tok
   multiple of ``g`` dividing the rows whose micro-batches hold at most ``micro_tokens`` token
   slots (one row each when no fewer do). A segment of long rows (the designer's) is thereby
   trained a few rows at a time, and so is an odd one (the 15 agent rows beside one designer
-  row: halving alone could not split it, and SmolLM2's update ran out of memory)."""
+  row: halving alone could not split it)."""
   base = math.gcd(micro_batches, rows)
   if not micro_tokens:
     return base
