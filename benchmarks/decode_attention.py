@@ -5,12 +5,12 @@
 The decode step attends one query per sequence (2 KV heads x 2 query heads of 64) to a
 256-slot key cache, 70 % of slots valid. Variants: ``dot`` (`masked_attention` on the
 engine's ``[B, K, H, S]`` key cache: two batched dots, what accelerators run), ``bcast``
-(scores and output as broadcast-multiply + sum), and both with the key cache as
-``[B, K, S, H]`` (``ksh_dot``, ``ksh_bcast``). Prints one JSON object: per batch and variant
-the median microseconds of a jitted call (``--calls`` calls per round, rounds alternate the
-variants) and the max |output - dot's output|. Issue 26's finding (BUILD_NOTES): all four are
-bit-identical on XLA:CPU and ``bcast`` is the fastest at batch 64, so the engine's one-token
-step uses it on the CPU backend (`spade_jax.engine.kv_cache.one_query_attention`).
+(scores and output as broadcast-multiply + sum: the engine's own `one_query_attention`, which
+its one-token step runs on the CPU backend), and both with the key cache as ``[B, K, S, H]``
+(``ksh_dot``, ``ksh_bcast``). Prints one JSON object: per batch and variant the median
+microseconds of a jitted call (``--calls`` calls per round, rounds alternate the variants) and
+the max |output - dot's output|. Issue 26's finding (BUILD_NOTES): all four are bit-identical
+on XLA:CPU and ``bcast`` is the fastest at batch 64.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade_jax.engine.kv_cache import one_query_attention
 from spade_jax.models.block import MASK_VALUE, masked_attention
 
 F32 = jnp.float32
@@ -38,8 +39,7 @@ def dot(q, k_khs, k_ksh, v, mask):
 
 
 def bcast(q, k_khs, k_ksh, v, mask):
-  p = _softmax_masked(jnp.sum(q[..., None] * k_khs[:, :, None], axis=-2), mask, q.shape[-1])
-  return jnp.sum(p[..., None] * v[:, :, None], axis=-2)
+  return one_query_attention(q, k_khs, v, mask, F32)
 
 
 def ksh_dot(q, k_khs, k_ksh, v, mask):

@@ -42,13 +42,20 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import matmul_peak  # noqa: E402
 from train_step import VS_TORCH  # noqa: E402
-from vs_tunix import MODES, ours_decode, ours_update  # noqa: E402
+from vs_tunix import MODES, ours_decode, ours_update, update_flops  # noqa: E402
 
 from spade_jax.models import Transformer  # noqa: E402
 from spade_jax.models.config import from_hf_config  # noqa: E402
 from spade_jax.models.presets import hf_config  # noqa: E402
 
-SMALL = dict(batches="4,16", prompt=32, new=32, update_batch=4, peak_n=1024)
+# shapes: (the device check's, --small's); a flag given on the command line wins over both
+SHAPES = dict(
+  batches=("16,64", "4,16"),
+  prompt=(64, 32),
+  new=(512, 32),
+  update_batch=(16, 4),
+  peak_n=(8192, 1024),
+)
 
 
 def build(args):
@@ -76,13 +83,8 @@ def decode_rows(model, cfg, args) -> list[dict]:
 
 
 def update_row(model, cfg, args) -> dict:
-  seq = args.prompt + args.new
   row = ours_update(model, cfg, argparse.Namespace(**{**vars(args), "batch": args.update_batch}))
-  trained = args.update_batch * args.new  # the head runs over the trained positions only
-  flops = 3 * (
-    (cfg.flops_per_token(seq) - 2 * cfg.embed_dim * cfg.vocab_size) * args.update_batch * seq
-    + 2 * cfg.embed_dim * cfg.vocab_size * trained
-  )
+  flops = update_flops(cfg, args.update_batch, args.prompt, args.new)
   row["model_tflop"] = round(flops / 1e12, 3)
   row["tflops_per_s"] = round(flops / row["step_s"] / 1e12, 2)
   return row
@@ -94,23 +96,21 @@ def main(argv: list[str] | None = None) -> dict:
   ap.add_argument("--small", action="store_true", help="issue 26's CPU model, small shapes")
   ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
   ap.add_argument("--remat", default="none", choices=("none", "full", "dots"))
-  ap.add_argument("--batches", default="16,64")
+  ap.add_argument("--batches")
   ap.add_argument("--modes", default="greedy,spade", help="comma list of " + " | ".join(MODES))
-  ap.add_argument("--prompt", type=int, default=64)
-  ap.add_argument("--new", type=int, default=512)
+  ap.add_argument("--prompt", type=int)
+  ap.add_argument("--new", type=int)
   ap.add_argument("--reps", type=int, default=3)
-  ap.add_argument("--update-batch", type=int, default=16)
+  ap.add_argument("--update-batch", type=int)
   ap.add_argument("--steps", type=int, default=3, help="timed update steps")
-  ap.add_argument("--peak-n", type=int, default=8192, help="square-matmul size of the peak probe")
+  ap.add_argument("--peak-n", type=int, help="square-matmul size of the peak probe")
   ap.add_argument("--no-decode", action="store_true")
   ap.add_argument("--no-update", action="store_true")
   ap.add_argument("--out", help="also write the JSON here")
   args = ap.parse_args(argv)
-  if args.small:
-    given = {a.lstrip("-").replace("-", "_") for a in (argv or sys.argv[1:]) if a.startswith("--")}
-    for k, v in SMALL.items():
-      if k not in given:
-        setattr(args, k, v)
+  for name, (full, small) in SHAPES.items():
+    if getattr(args, name) is None:
+      setattr(args, name, small if args.small else full)
   args.no_loss_start = False
 
   t0 = time.perf_counter()

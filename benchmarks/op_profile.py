@@ -92,15 +92,12 @@ def traced(fn, calls: int, trace_dir: str) -> str:
 
 def profile_update(args, model, cfg, tmp: str) -> dict:
   import jax
-  from vs_tunix import update_setup
+  from vs_tunix import update_flops, update_setup
 
   args.prompt, args.new, args.no_loss_start = 64, 128, False
   step, state, batch, loss_start = update_setup(model, cfg, args)
-  # model FLOPs of forward + backward (3x the forward's matmuls, causal attention halved), the
-  # head over the trained positions only; XLA's cost analysis counts the layer scan's body once
-  seq = args.prompt + args.new
-  head = 2 * cfg.embed_dim * cfg.vocab_size
-  flops = 3 * args.batch * (seq * (cfg.flops_per_token(seq) - head) + args.new * head)
+  # counted from the config: XLA's cost analysis counts the layer scan's body once
+  flops = update_flops(cfg, args.batch, args.prompt, args.new)
   box = [state]
 
   def call():

@@ -117,6 +117,14 @@ def ours_decode(model, cfg, args) -> list[dict]:
   return rows
 
 
+def update_flops(cfg, batch: int, prompt: int, new: int) -> float:
+  """Model FLOPs of one update on ``batch`` x (``prompt`` + ``new``): forward + backward (3x the
+  forward's matmuls, causal attention halved), the head over the ``new`` trained positions only."""
+  seq = prompt + new
+  head = 2 * cfg.embed_dim * cfg.vocab_size
+  return 3 * batch * (seq * (cfg.flops_per_token(seq) - head) + new * head)
+
+
 def update_setup(model, cfg, args):
   """Our side's update on issue 26's shape: ``(step, state, batch, loss_start)`` (the jitted
   update of ``model``, a fresh train state, the ``args.batch`` x ``prompt + new`` batch)."""

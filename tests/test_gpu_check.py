@@ -37,6 +37,6 @@ def test_small_keeps_the_shapes_given_on_the_command_line(monkeypatch):
   module = load_script()
   seen = {}
   monkeypatch.setattr(module, "decode_rows", lambda m, c, args: seen.update(vars(args)) or [])
-  module.main(["--small", "--new", "4", "--no-update", "--peak-n", "64"])
-  assert seen["new"] == 4 and seen["prompt"] == module.SMALL["prompt"]
-  assert seen["batches"] == module.SMALL["batches"]
+  module.main(["--small", "--new=4", "--no-update", "--peak-n", "64"])
+  assert seen["new"] == 4 and seen["prompt"] == module.SHAPES["prompt"][1]
+  assert seen["batches"] == module.SHAPES["batches"][1]
