@@ -14,6 +14,11 @@ a whole sequence or a prefill chunk, on :func:`attention`, which dispatches on
   softmax), queries in chunks of ``cfg.attention_chunk``; the parity reference.
 * ``"xla"``: ``jax.nn.dot_product_attention(implementation="xla")`` with the exact boolean mask,
   queries chunked the same way; equal to the reference up to float rounding.
+* Both, where the mask is exactly causal (the full forward without ``mask_BT``: training and
+  the GRPO update), attend in causal query blocks (:func:`causal_block_size`: 64 queries or
+  more, at most 8 blocks, at most ``attention_chunk``): a block's queries see only the keys up
+  to its end, so the scores above the diagonal's blocks are never computed (the update at
+  16 x 192 tokens ~5 % faster, at 3 x 1024 ~1.4x on the 2-core CPU; BUILD_NOTES).
 * ``"cudnn"``: ``implementation="cudnn"`` (cuDNN flash attention; a CUDA GPU and a bf16/fp16
   ``cfg.dtype``, else a ``ValueError`` at trace time), unchunked. Where the mask is exactly
   causal with no padding (the full forward without ``mask_BT``: training and the GRPO update)
@@ -146,7 +151,8 @@ def attention(
   K)``) where the boolean ``mask_BTS`` holds, in ``cfg.attention_impl``'s implementation (see
   the module docstring) -> float32 ``[B, T, N, H]``. ``causal=True`` promises that
   ``mask_BTS`` is exactly ``tril(ones(T, S))`` for every sequence (no padding), which lets
-  cuDNN skip the masked half; the other implementations read only ``mask_BTS``."""
+  cuDNN skip the masked half and the other two attend in causal query blocks
+  (:func:`_causal_blocks`: the blocks above the diagonal are never computed)."""
   impl = resolve_attention_impl(cfg)
   dt = cfg.dtype
   if impl == "cudnn":
@@ -161,21 +167,58 @@ def attention(
     return out.astype(F32)
   if impl == "xla":
 
-    def one(q, m):
+    def one(q, k, v, m):
       out = jax.nn.dot_product_attention(
-        q.astype(dt), k_BSKH.astype(dt), v_BSKH.astype(dt), mask=m[:, None], implementation="xla"
+        q.astype(dt), k.astype(dt), v.astype(dt), mask=m[:, None], implementation="xla"
       )
       return out.astype(F32)
 
   else:
 
-    def one(q, m):
+    def one(q, k, v, m):
       B, T, N, H = q.shape
-      K = k_BSKH.shape[2]
-      out = _grouped_attention(q.reshape(B, T, K, N // K, H), k_BSKH, v_BSKH, m[:, None, None], dt)
+      K = k.shape[2]
+      out = _grouped_attention(q.reshape(B, T, K, N // K, H), k, v, m[:, None, None], dt)
       return out.reshape(B, T, N, H)
 
-  return _query_chunks(one, q_BTNH, mask_BTS, cfg.attention_chunk)
+  if causal:
+    return _causal_blocks(one, q_BTNH, k_BSKH, v_BSKH, mask_BTS, cfg.attention_chunk)
+  return _query_chunks(
+    lambda q, m: one(q, k_BSKH, v_BSKH, m), q_BTNH, mask_BTS, cfg.attention_chunk
+  )
+
+
+# Causal query blocks: at least CAUSAL_BLOCK queries each, at most CAUSAL_MAX_BLOCKS of them
+# (on the 2-core CPU, 3 x 1024 tokens: 8 blocks of 128 ran as fast as 16 of 64 and compiled in
+# two thirds of the time).
+CAUSAL_BLOCK, CAUSAL_MAX_BLOCKS = 64, 8
+
+
+def causal_block_size(T: int, chunk: int) -> int:
+  """Queries per block of :func:`attention`'s causal path for a length-``T`` sequence:
+  ``max(CAUSAL_BLOCK, ceil(T / CAUSAL_MAX_BLOCKS))``, at most ``chunk`` (the memory bound of
+  ``cfg.attention_chunk``; 0: none)."""
+  c = max(CAUSAL_BLOCK, -(-T // CAUSAL_MAX_BLOCKS))
+  return min(c, chunk) if chunk else c
+
+
+def _causal_blocks(fn, q_BT_, k_BS_, v_BS_, mask_BTS, chunk):
+  """``fn(q, k, v, mask)`` over causal query blocks: the block of queries ``[s, e)`` attends
+  to keys ``[0, e)`` only, so the fully masked upper blocks of the ``[T, S]`` scores are never
+  computed (about half the attention FLOPs for many blocks), and each block's scores are small
+  enough to stay in cache. Exact: a causal query never sees a key past its block's end. Each
+  block is rematerialised in the backward pass when ``T > chunk``, as :func:`_query_chunks`
+  does. Needs ``S == T`` (no cache)."""
+  T = q_BT_.shape[1]
+  c = causal_block_size(T, chunk)
+  if T <= c:
+    return fn(q_BT_, k_BS_, v_BS_, mask_BTS)
+  one = jax.checkpoint(fn) if chunk and T > chunk else fn
+  outs = []
+  for s in range(0, T, c):
+    e = min(T, s + c)
+    outs.append(one(q_BT_[:, s:e], k_BS_[:, :e], v_BS_[:, :e], mask_BTS[:, s:e, :e]))
+  return jnp.concatenate(outs, axis=1)
 
 
 _SCORES, _OUT = "btkgh,bskh->bkgts", "bkgts,bskh->btkgh"
