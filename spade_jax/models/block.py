@@ -18,7 +18,7 @@ a whole sequence or a prefill chunk, on :func:`attention`, which dispatches on
   the GRPO update), attend in causal query blocks (:func:`causal_block_size`: 64 queries or
   more, at most 8 blocks, at most ``attention_chunk``): a block's queries see only the keys up
   to its end, so the scores above the diagonal's blocks are never computed (the update at
-  16 x 192 tokens ~5 % faster, at 3 x 1024 ~1.4x on the 2-core CPU; BUILD_NOTES).
+  16 x 192 tokens 5-11 % faster, at 3 x 1024 1.3-1.6x on the 2-core CPU; BUILD_NOTES).
 * ``"cudnn"``: ``implementation="cudnn"`` (cuDNN flash attention; a CUDA GPU and a bf16/fp16
   ``cfg.dtype``, else a ``ValueError`` at trace time), unchunked. Where the mask is exactly
   causal with no padding (the full forward without ``mask_BT``: training and the GRPO update)
