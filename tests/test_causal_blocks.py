@@ -56,7 +56,9 @@ def test_block_size():
 @pytest.mark.parametrize("impl", ["reference", "xla"])
 @pytest.mark.parametrize(
   "T,chunk",
-  [(40, 512), (150, 512), (150, 32)],  # one block; 64 + 64 + 22; five rematerialised blocks of 32
+  # one block; 64 + 64 + 22; five rematerialised blocks of 32; 38 chunks of 4 (over the unroll
+  # limit: the masked chunks)
+  [(40, 512), (150, 512), (150, 32), (150, 4)],
 )
 def test_causal_blocks_equal_full_causal_attention(impl, T, chunk):
   cfg = CFG.replace(attention_impl=impl, attention_chunk=chunk)
@@ -98,3 +100,14 @@ def test_model_forward_takes_the_causal_path_only_without_a_mask():
   hlo = jax.jit(lambda t: model(t)).lower(tokens).as_text()
   hlo_masked = jax.jit(lambda t: model(t, mask_BT=jnp.ones((B, T), bool))).lower(tokens).as_text()
   assert hlo.count("dot_general") > hlo_masked.count("dot_general")  # three blocks' dots
+
+
+def test_past_the_unroll_limit_the_masked_chunks_run():
+  """T=150 in chunks of 4 would be 38 unrolled blocks: the causal path lowers to the masked
+  chunks (a loop over one chunk), the same program as ``causal=False``."""
+  cfg = CFG.replace(attention_impl="reference", attention_chunk=4)
+  args = _qkv(150)
+  assert -(-150 // block.causal_block_size(150, 4)) > block.CAUSAL_UNROLL_LIMIT
+  texts = [_loss(cfg, causal).lower(*args).as_text() for causal in (True, False)]
+  assert texts[0].count("dot_general") == texts[1].count("dot_general")
+  assert "while" in texts[0]

@@ -190,8 +190,9 @@ def attention(
 
 # Causal query blocks: at least CAUSAL_BLOCK queries each, at most CAUSAL_MAX_BLOCKS of them
 # (on the 2-core CPU, 3 x 1024 tokens: 8 blocks of 128 ran as fast as 16 of 64 and compiled in
-# two thirds of the time).
-CAUSAL_BLOCK, CAUSAL_MAX_BLOCKS = 64, 8
+# two thirds of the time). Past CAUSAL_UNROLL_LIMIT blocks (a sequence over 32 x attention_chunk)
+# the blocks, unrolled at trace time, would swell the layer body: the masked chunks run instead.
+CAUSAL_BLOCK, CAUSAL_MAX_BLOCKS, CAUSAL_UNROLL_LIMIT = 64, 8, 32
 
 
 def causal_block_size(T: int, chunk: int) -> int:
@@ -208,11 +209,14 @@ def _causal_blocks(fn, q_BT_, k_BS_, v_BS_, mask_BTS, chunk):
   computed (about half the attention FLOPs for many blocks), and each block's scores are small
   enough to stay in cache. Exact: a causal query never sees a key past its block's end. Each
   block is rematerialised in the backward pass when ``T > chunk``, as :func:`_query_chunks`
-  does. Needs ``S == T`` (no cache)."""
+  does. Needs ``S == T`` (no cache). More than ``CAUSAL_UNROLL_LIMIT`` blocks: the masked
+  :func:`_query_chunks` path (one compiled chunk, no causal skip)."""
   T = q_BT_.shape[1]
   c = causal_block_size(T, chunk)
   if T <= c:
     return fn(q_BT_, k_BS_, v_BS_, mask_BTS)
+  if -(-T // c) > CAUSAL_UNROLL_LIMIT:
+    return _query_chunks(lambda q, m: fn(q, k_BS_, v_BS_, m), q_BT_, mask_BTS, chunk)
   one = jax.checkpoint(fn) if chunk and T > chunk else fn
   outs = []
   for s in range(0, T, c):
