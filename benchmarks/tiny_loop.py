@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from spade_jax import xla_cpu  # noqa: E402
 
-xla_cpu.pin_isa()  # before jax starts: time the numerics experiments/run.py uses
+xla_cpu.setup()  # before jax starts: time the numerics experiments/run.py uses
 
 import jax  # noqa: E402
 

@@ -2,7 +2,7 @@
 
   python benchmarks/vs_tunix.py --tunix-python /work/tunix-venv/bin/python [--rounds 2]
       [--reps 3] [--steps 3] [--batches 16,64] [--modes greedy,spade] [--model-dir DIR]
-      [--ours-root DIR]
+      [--ours-root DIR] [--host-malloc ours|both|none]
   python benchmarks/vs_tunix.py --save-model DIR      # only write the random HF Qwen3
 
 The model is ``train_step.py --vs-torch``'s: a random Qwen3 built in transformers with
@@ -29,7 +29,9 @@ Prints one JSON object: per case the median over rounds of each side's median, t
 ``ours / tunix`` (tokens/s; for the update, Tunix's step time / ours, i.e. >1 = ours faster), the
 per-round ratios, the median ratio over the decode cases, greedy token agreement, and the load
 average around each run. ``--ours-root`` runs our side on another checkout of the repo (e.g. a
-``git archive`` of HEAD), the ``spade_jax`` it imports is printed.
+``git archive`` of HEAD), the ``spade_jax`` it imports is printed. Our side sets glibc's
+allocator as ``experiments/run.py`` does (``spade_jax.xla_cpu.keep_host_buffers``);
+``--host-malloc both`` gives Tunix's process the same settings (by environment), ``none`` neither.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -166,12 +169,16 @@ def ours_update(model, cfg, args) -> dict:
   state, m = step(state, batch)  # a second warm-up step, as on Tunix's side
   jax.block_until_ready(m)
   second_s = time.perf_counter() - t0
-  times = []
+  times, faults, sys_s = [], [], []
   for _ in range(args.steps):
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     state, m = step(state, batch)
     jax.block_until_ready(m)
     times.append(time.perf_counter() - t0)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    faults.append(r1.ru_minflt - r0.ru_minflt)
+    sys_s.append(r1.ru_stime - r0.ru_stime)
   return dict(
     batch=args.batch,
     seq=seq,
@@ -182,11 +189,18 @@ def ours_update(model, cfg, args) -> dict:
     first=first,
     step_s=statistics.median(times),
     step_s_all=[round(t, 4) for t in times],
+    page_faults_per_step=statistics.median(faults),  # minor faults: fresh pages touched
+    sys_s_per_step=round(statistics.median(sys_s), 4),  # kernel CPU time (all threads)
   )
 
 
 def run_ours(args):
   import importlib.metadata as md
+
+  from spade_jax import xla_cpu
+
+  # before jax starts, as experiments/run.py (a checkout from before it has none)
+  host_malloc = getattr(xla_cpu, "keep_host_buffers", lambda: False)()
 
   import jax
   import jax.numpy as jnp
@@ -199,6 +213,7 @@ def run_ours(args):
     spade_jax=str(Path(spade_jax.__file__).parent),
     versions={p: md.version(p) for p in ("jax", "jaxlib", "flax", "optax")},
     backend=jax.default_backend(),
+    host_malloc_kept=host_malloc,
     load_avg_1m_start=round(os.getloadavg()[0], 2),
   )
   if not args.no_decode:
@@ -265,6 +280,12 @@ def drive(args):
       [str(Path(args.ours_root).resolve()), str(HERE)] + ours_env.get("PYTHONPATH", "").split(":")
     ).rstrip(os.pathsep)
   tunix_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+  if args.host_malloc == "none":
+    ours_env["SPADE_HOST_MALLOC"] = "default"
+  elif args.host_malloc == "both":  # Tunix's process gets our allocator settings too
+    from spade_jax import xla_cpu
+
+    tunix_env.update(xla_cpu.keep_host_buffers_env())
   tunix_cmd = [args.tunix_python, str(HERE / "tunix_side.py"), "--tokens", *flags]
   runs = {"ours": [], "tunix": []}
   walls = {"ours": [], "tunix": []}
@@ -286,6 +307,8 @@ def drive(args):
     spade_jax=runs["ours"][0].get("spade_jax"),
     versions={"ours": runs["ours"][0]["versions"], "tunix": runs["tunix"][0]["versions"]},
     tunix_cache_size=runs["tunix"][0].get("cache_size"),
+    host_malloc=args.host_malloc,
+    ours_host_malloc_kept=[x.get("host_malloc_kept") for x in runs["ours"]],
     wall_s=walls,
     load_avg_1m={
       s: [(x["load_avg_1m_start"], x["load_avg_1m_end"]) for x in runs[s]] for s in runs
@@ -373,6 +396,13 @@ def main():
     "--no-loss-start",
     action="store_true",
     help="our update forms log-probs at every position (no LossConfig.loss_start)",
+  )
+  ap.add_argument(
+    "--host-malloc",
+    choices=("ours", "both", "none"),
+    default="ours",
+    help="glibc settings of spade_jax.xla_cpu.keep_host_buffers: ours (each side as it ships: "
+    "ours sets them, Tunix does not), both (Tunix's process too, by environment), none",
   )
   ap.add_argument("--side", choices=("ours",), help=argparse.SUPPRESS)
   ap.add_argument("--model", help=argparse.SUPPRESS)

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spade_jax import xla_cpu  # noqa: E402
 
-xla_cpu.pin_isa()
+xla_cpu.setup()
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "experiment config file[:arg]", lock_config=True)

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spade_jax import xla_cpu  # noqa: E402
 
-xla_cpu.pin_isa()  # before anything starts jax (as experiments/run.py)
+xla_cpu.setup()  # before anything starts jax (as experiments/run.py)
 
 from spade_jax.eval.cli import main  # noqa: E402
 

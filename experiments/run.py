@@ -7,7 +7,8 @@ r"""Runs a spade_jax experiment.
 Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
 config key, wrong type, missing file) prints one line and exits with status 2. On x86 CPUs,
 XLA's CPU code is capped at AVX2 so a run's numbers do not depend on the machine
-(`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set).
+(`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set), and
+glibc's malloc keeps freed large blocks (``SPADE_HOST_MALLOC=default`` leaves it alone).
 
 Multi-host: the three distributed flags (all or none) start `jax.distributed` before anything
 starts jax's backend; so does ``SPADE_DISTRIBUTED=1`` without them, with the values taken from
@@ -33,8 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spade_jax import xla_cpu  # noqa: E402
 
-# Before anything starts jax: CPU numerics independent of the host's instruction set.
-xla_cpu.pin_isa()
+# Before anything starts jax: CPU numerics independent of the host's instruction set, and on
+# CPU a malloc that keeps XLA's per-call buffers (spade_jax.xla_cpu).
+xla_cpu.setup()
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "experiment config file[:arg]", lock_config=True)

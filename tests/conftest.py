@@ -8,8 +8,9 @@ from spade_jax import xla_cpu
 os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
-xla_cpu.pin_isa()  # machine-independent numerics (the golden metrics depend on it)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# machine-independent numerics (the golden metrics depend on it); malloc as experiments/run.py
+xla_cpu.setup()
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

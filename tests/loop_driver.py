@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from spade_jax import xla_cpu  # noqa: E402
 
-xla_cpu.pin_isa()  # as in conftest: the in-process run it is compared with is capped
+xla_cpu.setup()  # as in conftest: the in-process run it is compared with is capped
 
 import pytest  # noqa: E402
 import test_loop  # noqa: E402

@@ -140,5 +140,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  xla_cpu.pin_isa()  # before jax starts: replays run with the numerics of experiments/run.py
+  xla_cpu.setup()  # before jax starts: replays run with the numerics of experiments/run.py
   main()
