@@ -16,9 +16,9 @@ so machine load hits both alike:
   loop) and, for torch, ``generate`` minus its prefill (the forward timed just before it).
 
 Compilation is excluded (one warm-up run first; its time is reported). Prints one JSON object
-with medians and ``jax / torch`` ratios. The process sets glibc's allocator as
-``experiments/run.py`` does (``spade_jax.xla_cpu.keep_host_buffers``; torch shares the process,
-so it gets the same allocator; ``SPADE_HOST_MALLOC=default`` leaves it alone). Example::
+with medians and ``jax / torch`` ratios. The process asks glibc for huge pages as
+``experiments/run.py`` does (``spade_jax.xla_cpu.restart_with_huge_pages``; torch shares the
+process, so it gets them too; ``SPADE_HOST_MALLOC=default`` leaves glibc alone). Example::
 
   python benchmarks/generate.py --models tiny,smollm2 --batches 16,64 --reps 3
   python benchmarks/generate.py --models tiny --batches 16,64 --modes greedy,top_p,spade
@@ -40,8 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from spade_jax import xla_cpu  # noqa: E402
 
-# before jax starts its backend (a checkout from before it has none)
-getattr(xla_cpu, "keep_host_buffers", lambda: False)()
+# first thing: may re-execute this process (a checkout from before it has none)
+getattr(xla_cpu, "restart_with_huge_pages", lambda: None)()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

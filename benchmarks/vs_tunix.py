@@ -29,9 +29,9 @@ Prints one JSON object: per case the median over rounds of each side's median, t
 ``ours / tunix`` (tokens/s; for the update, Tunix's step time / ours, i.e. >1 = ours faster), the
 per-round ratios, the median ratio over the decode cases, greedy token agreement, and the load
 average around each run. ``--ours-root`` runs our side on another checkout of the repo (e.g. a
-``git archive`` of HEAD), the ``spade_jax`` it imports is printed. Our side sets glibc's
-allocator as ``experiments/run.py`` does (``spade_jax.xla_cpu.keep_host_buffers``);
-``--host-malloc both`` gives Tunix's process the same settings (by environment), ``none`` neither.
+``git archive`` of HEAD), the ``spade_jax`` it imports is printed. Our side asks glibc for
+huge pages as ``experiments/run.py`` does (``spade_jax.xla_cpu.restart_with_huge_pages``);
+``--host-malloc both`` gives Tunix's process the same tunable, ``none`` neither.
 """
 
 from __future__ import annotations
@@ -199,8 +199,9 @@ def run_ours(args):
 
   from spade_jax import xla_cpu
 
-  # before jax starts, as experiments/run.py (a checkout from before it has none)
-  host_malloc = getattr(xla_cpu, "keep_host_buffers", lambda: False)()
+  # first thing, as experiments/run.py: may re-execute this process (older checkouts lack it)
+  getattr(xla_cpu, "restart_with_huge_pages", lambda: None)()
+  host_malloc = os.environ.get("GLIBC_TUNABLES", "")
 
   import jax
   import jax.numpy as jnp
@@ -213,7 +214,7 @@ def run_ours(args):
     spade_jax=str(Path(spade_jax.__file__).parent),
     versions={p: md.version(p) for p in ("jax", "jaxlib", "flax", "optax")},
     backend=jax.default_backend(),
-    host_malloc_kept=host_malloc,
+    glibc_tunables=host_malloc,
     load_avg_1m_start=round(os.getloadavg()[0], 2),
   )
   if not args.no_decode:
@@ -282,10 +283,10 @@ def drive(args):
   tunix_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
   if args.host_malloc == "none":
     ours_env["SPADE_HOST_MALLOC"] = "default"
-  elif args.host_malloc == "both":  # Tunix's process gets our allocator settings too
+  elif args.host_malloc == "both":  # Tunix's process gets glibc's huge pages too
     from spade_jax import xla_cpu
 
-    tunix_env.update(xla_cpu.keep_host_buffers_env())
+    xla_cpu.use_huge_pages(tunix_env)
   tunix_cmd = [args.tunix_python, str(HERE / "tunix_side.py"), "--tokens", *flags]
   runs = {"ours": [], "tunix": []}
   walls = {"ours": [], "tunix": []}
@@ -308,7 +309,7 @@ def drive(args):
     versions={"ours": runs["ours"][0]["versions"], "tunix": runs["tunix"][0]["versions"]},
     tunix_cache_size=runs["tunix"][0].get("cache_size"),
     host_malloc=args.host_malloc,
-    ours_host_malloc_kept=[x.get("host_malloc_kept") for x in runs["ours"]],
+    glibc_tunables={s: [x.get("glibc_tunables") for x in runs[s]] for s in runs},
     wall_s=walls,
     load_avg_1m={
       s: [(x["load_avg_1m_start"], x["load_avg_1m_end"]) for x in runs[s]] for s in runs
@@ -401,8 +402,8 @@ def main():
     "--host-malloc",
     choices=("ours", "both", "none"),
     default="ours",
-    help="glibc settings of spade_jax.xla_cpu.keep_host_buffers: ours (each side as it ships: "
-    "ours sets them, Tunix does not), both (Tunix's process too, by environment), none",
+    help="glibc huge pages (spade_jax.xla_cpu.use_huge_pages): ours (each side as it ships: "
+    "ours asks for them, Tunix does not), both (Tunix's process too), none",
   )
   ap.add_argument("--side", choices=("ours",), help=argparse.SUPPRESS)
   ap.add_argument("--model", help=argparse.SUPPRESS)

@@ -7,8 +7,9 @@ r"""Runs a spade_jax experiment.
 Running the same command again resumes from the last checkpoint in DIR. Bad input (unknown
 config key, wrong type, missing file) prints one line and exits with status 2. On x86 CPUs,
 XLA's CPU code is capped at AVX2 so a run's numbers do not depend on the machine
-(`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set), and
-glibc's malloc keeps freed large blocks (``SPADE_HOST_MALLOC=default`` leaves it alone).
+(`spade_jax.xla_cpu`; ``SPADE_NATIVE_CPU_ISA=1`` uses the host's full instruction set), and on
+CPU the process re-executes itself once with glibc's ``glibc.malloc.hugetlb=1`` (transparent
+huge pages for XLA's large per-call buffers; ``SPADE_HOST_MALLOC=default`` leaves glibc alone).
 
 Multi-host: the three distributed flags (all or none) start `jax.distributed` before anything
 starts jax's backend; so does ``SPADE_DISTRIBUTED=1`` without them, with the values taken from
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from spade_jax import xla_cpu  # noqa: E402
 
 # Before anything starts jax: CPU numerics independent of the host's instruction set, and on
-# CPU a malloc that keeps XLA's per-call buffers (spade_jax.xla_cpu).
+# CPU huge pages for XLA's per-call buffers (spade_jax.xla_cpu: may re-execute this process).
 xla_cpu.setup()
 
 FLAGS = flags.FLAGS

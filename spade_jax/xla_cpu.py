@@ -14,21 +14,24 @@ own instruction sets), a cap the user already set, and ``SPADE_NATIVE_CPU_ISA=1`
 full instruction set: faster on CPU, numbers tied to the machine). Accelerator backends are not
 affected: the flag applies to the CPU backend only.
 
-`keep_host_buffers` is about speed, not numbers. XLA:CPU allocates each executable's temporary
-buffer per call, from its worker threads (an update step's is hundreds of MB). glibc serves a
-thread's large allocation with a fresh ``mmap`` and unmaps it on free, so every call page-faults
-the whole buffer in again: ~95,000 faults and ~0.2 CPU s of kernel time per step of the 16 x 192
-update in BUILD_NOTES ("Speed vs Tunix and HF"). One malloc arena, no ``mmap`` for large blocks
-and a high trim threshold make glibc hand the same pages back on the next call. It applies to
+`huge_pages` is about speed, not numbers. XLA:CPU allocates each executable's temporary buffer
+per call, from its worker threads (an update step's is hundreds of MB). glibc serves a thread's
+large allocation with a fresh ``mmap`` and unmaps it on free, so every call faults the whole
+buffer in again, 4 KiB at a time: ~95,000 faults and ~0.2 CPU s of kernel time per step of the
+16 x 192 update in BUILD_NOTES ("Speed vs Tunix and HF"). glibc's ``glibc.malloc.hugetlb=1``
+tunable has it ask for transparent huge pages on those maps (``madvise``), so a call takes
+~250 faults of 2 MiB instead. glibc reads tunables only when a process starts, so
+`restart_with_huge_pages` re-executes the entry point (same pid, argv and environment, plus the
+tunable) before anything else happens; children started later inherit it. It applies to
 processes that run XLA on CPU (``JAX_PLATFORMS=cpu``, or no accelerator plugin installed) on
-glibc Linux; ``SPADE_HOST_MALLOC=default`` leaves the allocator alone, ``=keep`` applies it
-anyway. Like `pin_isa` it must run before jax starts its backend (threads keep the arena they
-first used). The cost: the process keeps its peak heap instead of returning freed memory.
+glibc Linux; ``SPADE_HOST_MALLOC=default`` leaves glibc alone, and a ``glibc.malloc.hugetlb``
+the user set is kept. Kernels with transparent huge pages off (``never``) ignore the advice.
+(Keeping the buffers instead, one malloc arena and no ``mmap``, removed the faults too but made
+XLA's multi-threaded compiler contend for the one arena: compiles took ~25 % longer.)
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import importlib.util
 import os
@@ -40,15 +43,9 @@ ISA = "AVX2"
 FLAG = "--xla_cpu_max_isa"
 NATIVE_ENV = "SPADE_NATIVE_CPU_ISA"
 MALLOC_ENV = "SPADE_HOST_MALLOC"
-# glibc's mallopt parameters (malloc.h) and the values keep_host_buffers sets
-M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
-KEEP = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))  # C ints
-# the same settings as glibc reads them from the environment at a process's start
-GLIBC_ENV_NAMES = {
-  M_ARENA_MAX: "MALLOC_ARENA_MAX",
-  M_MMAP_MAX: "MALLOC_MMAP_MAX_",
-  M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_",
-}
+TUNABLES = "GLIBC_TUNABLES"
+HUGETLB = "glibc.malloc.hugetlb"
+STARTED_WITH = os.environ.get(TUNABLES, "")  # what glibc read when this process started
 
 
 def pin_isa(env=None) -> str | None:
@@ -81,26 +78,39 @@ def runs_on_cpu(env=None) -> bool:
   return not importlib.metadata.entry_points(group="jax_plugins")
 
 
-def keep_host_buffers(env=None) -> bool:
-  """Sets glibc's allocator to keep freed large blocks in the process (see the module text);
-  returns whether it did."""
+def use_huge_pages(env=None) -> bool:
+  """Adds ``glibc.malloc.hugetlb=1`` to ``env["GLIBC_TUNABLES"]`` (default: the process
+  environment) where it applies (see the module text); returns whether ``env`` now asks glibc
+  for huge pages."""
   env = os.environ if env is None else env
   choice = env.get(MALLOC_ENV, "")
+  tunables = env.get(TUNABLES, "")
+  if HUGETLB + "=" in tunables:  # the user's own setting
+    return HUGETLB + "=0" not in tunables
   if choice == "default" or sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
     return False
-  if choice != "keep" and not runs_on_cpu(env):
+  if choice != "huge" and not runs_on_cpu(env):
     return False
-  libc = ctypes.CDLL(None)
-  return all(libc.mallopt(param, value) == 1 for param, value in KEEP)
+  env[TUNABLES] = ":".join(t for t in (tunables, HUGETLB + "=1") if t)
+  return True
 
 
-def keep_host_buffers_env() -> dict[str, str]:
-  """`keep_host_buffers`'s settings as environment variables, for a process that does not import
-  spade_jax (glibc reads them at start)."""
-  return {GLIBC_ENV_NAMES[param]: str(value) for param, value in KEEP}
+def restart_with_huge_pages() -> None:
+  """Where `use_huge_pages` applies and this process did not start with the tunable,
+  re-executes it (``os.execve``: same pid, interpreter flags and argv) with the tunable; call it
+  first thing in an entry point, before anything has been printed, started or written."""
+  if use_huge_pages() and HUGETLB not in STARTED_WITH:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], os.environ)
 
 
-def setup() -> None:
-  """What an entry point calls first, before jax starts: `pin_isa` and `keep_host_buffers`."""
+def setup(restart: bool = True) -> None:
+  """What an entry point calls first, before jax starts: `pin_isa`, then
+  `restart_with_huge_pages` (``restart=False``, for a process that must not be re-executed such
+  as pytest or a notebook: only `use_huge_pages`, so the processes it starts get them)."""
   pin_isa()
-  keep_host_buffers()
+  if restart:
+    restart_with_huge_pages()
+  else:
+    use_huge_pages()

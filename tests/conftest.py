@@ -9,8 +9,9 @@ os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# machine-independent numerics (the golden metrics depend on it); malloc as experiments/run.py
-xla_cpu.setup()
+# machine-independent numerics (the golden metrics depend on it); pytest is not re-executed, the
+# runs it starts get glibc's huge pages as experiments/run.py does
+xla_cpu.setup(restart=False)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

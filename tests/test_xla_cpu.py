@@ -5,6 +5,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,22 +49,28 @@ def test_runs_on_cpu_follows_jax_platforms():
   assert not xla_cpu.runs_on_cpu({"JAX_PLATFORMS": "tpu"})
 
 
-def test_keep_host_buffers_opt_out_and_its_environment_twin():
-  assert not xla_cpu.keep_host_buffers({"SPADE_HOST_MALLOC": "default", "JAX_PLATFORMS": "cpu"})
-  # an accelerator run keeps glibc's defaults
-  assert not xla_cpu.keep_host_buffers({"JAX_PLATFORMS": "tpu"})
-  env = xla_cpu.keep_host_buffers_env()
-  assert env == {
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
-  }
+def test_use_huge_pages_adds_the_tunable_where_it_applies():
+  glibc_linux = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+  env = {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}
+  assert xla_cpu.use_huge_pages(env) == glibc_linux
+  if glibc_linux:
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"
+  # opted out, an accelerator run, or the user's own value: left as it is
+  for env in (
+    {"JAX_PLATFORMS": "cpu", "SPADE_HOST_MALLOC": "default"},
+    {"JAX_PLATFORMS": "tpu"},
+  ):
+    assert not xla_cpu.use_huge_pages(env) and "GLIBC_TUNABLES" not in env
+  own = {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
+  assert not xla_cpu.use_huge_pages(own)
+  assert own["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
 
 
 PROBE = """
-import resource
+import os, resource, sys
 from spade_jax import xla_cpu
-kept = xla_cpu.keep_host_buffers()
+xla_cpu.restart_with_huge_pages()
+print("argv", sys.argv[1:], os.getpid())
 import jax, jax.numpy as jnp
 @jax.jit
 def f(x, w):
@@ -76,24 +83,32 @@ for _ in range(2):
 r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(4):
   f(x, w).block_until_ready()
-print(kept, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / 4)
+print("faults", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / 4)
 """
 
 
 @pytest.mark.skipif(
   sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator only"
 )
-def test_kept_host_buffers_are_not_faulted_in_again_each_call():
-  def faults_per_call(choice):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", SPADE_HOST_MALLOC=choice)
-    env.pop("MALLOC_ARENA_MAX", None)
-    out = subprocess.run(
-      [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True
-    )
-    kept, faults = out.stdout.split()
-    return kept == "True", float(faults)
+def test_restart_with_huge_pages_cuts_the_faults_of_xlas_buffers(tmp_path):
+  thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+  if not thp.exists() or "[never]" in thp.read_text():
+    pytest.skip("transparent huge pages are off on this kernel")
 
-  kept, faults = faults_per_call("keep")
-  assert kept and faults < 1000  # the 16,384 pages of the temporary are reused
-  kept, faults = faults_per_call("default")
-  assert not kept and faults > 10000  # glibc maps the temporary afresh every call
+  def run(choice):
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env.update(JAX_PLATFORMS="cpu", SPADE_HOST_MALLOC=choice)
+    proc = subprocess.Popen(
+      [sys.executable, "-c", PROBE, "a", "b c"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    out, _ = proc.communicate()
+    assert proc.returncode == 0
+    lines = dict(line.split(" ", 1) for line in out.splitlines())
+    # the re-executed process keeps the pid and the arguments, and printed nothing before
+    assert lines["argv"] == f"['a', 'b c'] {proc.pid}"
+    assert out.count("argv") == 1
+    return float(lines["faults"])
+
+  huge, small = run(""), run("default")
+  assert small > 10000  # glibc maps the 16,384 pages of the temporary afresh every call
+  assert huge < small / 10  # 2 MiB pages
