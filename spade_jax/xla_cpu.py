@@ -14,20 +14,21 @@ own instruction sets), a cap the user already set, and ``SPADE_NATIVE_CPU_ISA=1`
 full instruction set: faster on CPU, numbers tied to the machine). Accelerator backends are not
 affected: the flag applies to the CPU backend only.
 
-`huge_pages` is about speed, not numbers. XLA:CPU allocates each executable's temporary buffer
-per call, from its worker threads (an update step's is hundreds of MB). glibc serves a thread's
-large allocation with a fresh ``mmap`` and unmaps it on free, so every call faults the whole
-buffer in again, 4 KiB at a time: ~95,000 faults and ~0.2 CPU s of kernel time per step of the
-16 x 192 update in BUILD_NOTES ("Speed vs Tunix and HF"). glibc's ``glibc.malloc.hugetlb=1``
-tunable has it ask for transparent huge pages on those maps (``madvise``), so a call takes
-~250 faults of 2 MiB instead. glibc reads tunables only when a process starts, so
-`restart_with_huge_pages` re-executes the entry point (same pid, argv and environment, plus the
-tunable) before anything else happens; children started later inherit it. It applies to
-processes that run XLA on CPU (``JAX_PLATFORMS=cpu``, or no accelerator plugin installed) on
-glibc Linux; ``SPADE_HOST_MALLOC=default`` leaves glibc alone, and a ``glibc.malloc.hugetlb``
-the user set is kept. Kernels with transparent huge pages off (``never``) ignore the advice.
-(Keeping the buffers instead, one malloc arena and no ``mmap``, removed the faults too but made
-XLA's multi-threaded compiler contend for the one arena: compiles took ~25 % longer.)
+`use_huge_pages` and `restart_with_huge_pages` are about speed, not numbers. XLA:CPU allocates
+each executable's temporary buffer per call, from its worker threads (an update step's is
+hundreds of MB). glibc serves a thread's large allocation with a fresh ``mmap`` and unmaps it on
+free, so every call faults the whole buffer in again, 4 KiB at a time: ~95,000 faults and ~0.2
+CPU s of kernel time per step of the 16 x 192 update in BUILD_NOTES ("Speed vs Tunix and HF").
+glibc's ``glibc.malloc.hugetlb=1`` tunable has it ask for transparent huge pages on those maps
+(``madvise``), so a call takes ~250 faults of 2 MiB instead. glibc reads tunables only when a
+process starts, so `restart_with_huge_pages` re-executes the entry point (same pid, argv and
+environment, plus the tunable) before anything else happens; children started later inherit it.
+It applies to processes that run XLA on CPU (``JAX_PLATFORMS=cpu``, or no accelerator plugin
+installed) on glibc Linux; ``SPADE_HOST_MALLOC=default`` leaves glibc alone, ``=huge`` asks
+anyway (an accelerator host's own CPU work), and a ``glibc.malloc.hugetlb`` the user set is
+kept. Kernels with transparent huge pages off (``never``) ignore the advice. (Keeping the
+buffers instead, one malloc arena and no ``mmap``, removed the faults too but made XLA's
+multi-threaded compiler contend for the one arena: compiles took ~25 % longer.)
 """
 
 from __future__ import annotations
