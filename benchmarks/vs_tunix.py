@@ -201,7 +201,7 @@ def run_ours(args):
 
   # first thing, as experiments/run.py: may re-execute this process (older checkouts lack it)
   getattr(xla_cpu, "restart_with_huge_pages", lambda: None)()
-  host_malloc = os.environ.get("GLIBC_TUNABLES", "")
+  tunables = os.environ.get("GLIBC_TUNABLES", "")  # what glibc read at this process's start
 
   import jax
   import jax.numpy as jnp
@@ -214,7 +214,7 @@ def run_ours(args):
     spade_jax=str(Path(spade_jax.__file__).parent),
     versions={p: md.version(p) for p in ("jax", "jaxlib", "flax", "optax")},
     backend=jax.default_backend(),
-    glibc_tunables=host_malloc,
+    glibc_tunables=tunables,
     load_avg_1m_start=round(os.getloadavg()[0], 2),
   )
   if not args.no_decode:

@@ -1,5 +1,5 @@
-"""`xla_cpu`: the CPU instruction-set cap that makes a run's numbers machine-independent, and the
-malloc settings that keep XLA's per-call host buffers."""
+"""`xla_cpu`: the CPU instruction-set cap that makes a run's numbers machine-independent, and
+glibc's huge pages for XLA's per-call host buffers."""
 
 import os
 import platform
@@ -37,8 +37,6 @@ def test_a_users_cap_or_native_opt_out_is_left_alone():
 
 def test_the_test_session_runs_capped():
   # conftest pins before jax starts, so the golden metrics are recorded and checked capped
-  import os
-
   assert ("--xla_cpu_max_isa=AVX2" in os.environ["XLA_FLAGS"]) == X86
 
 
@@ -90,7 +88,7 @@ print("faults", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / 4)
 @pytest.mark.skipif(
   sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator only"
 )
-def test_restart_with_huge_pages_cuts_the_faults_of_xlas_buffers(tmp_path):
+def test_restart_with_huge_pages_cuts_the_faults_of_xlas_buffers():
   thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
   if not thp.exists() or "[never]" in thp.read_text():
     pytest.skip("transparent huge pages are off on this kernel")

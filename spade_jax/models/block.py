@@ -190,8 +190,9 @@ def attention(
 
 # Causal query blocks: at least CAUSAL_BLOCK queries each, at most CAUSAL_MAX_BLOCKS of them
 # (benchmarks/causal_attention.py, 2-core CPU, 3 x 1024 tokens: blocks of 128 within 7 % of
-# blocks of 64 at less than half the compile time). Past CAUSAL_UNROLL_LIMIT blocks (a sequence over 32 x attention_chunk)
-# the blocks, unrolled at trace time, would swell the layer body: the masked chunks run instead.
+# blocks of 64 at less than half the compile time). Past CAUSAL_UNROLL_LIMIT blocks (a sequence
+# over 32 x attention_chunk) the blocks, unrolled at trace time, would swell the layer body: the
+# masked chunks run instead.
 CAUSAL_BLOCK, CAUSAL_MAX_BLOCKS, CAUSAL_UNROLL_LIMIT = 64, 8, 32
 
 
