@@ -22,6 +22,7 @@ process, so it gets them too; ``SPADE_HOST_MALLOC=default`` leaves glibc alone).
 
   python benchmarks/generate.py --models tiny,smollm2 --batches 16,64 --reps 3
   python benchmarks/generate.py --models tiny --batches 16,64 --modes greedy,top_p,spade
+  python benchmarks/generate.py --models qwen3_hf --batches 16,64 --cache 1024 --no-torch
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def torch_model(model, cfg, torch_dtype):
   return hf.to(torch_dtype).eval()
 
 
-def bench_jax(engine, prompts, new, sampling):
+def bench_jax(engine, prompts, new, sampling, cache=None):
   t0 = time.perf_counter()
-  state = engine.init(prompts, max_new_tokens=new)
+  state = engine.init(prompts, max_new_tokens=new, cache_size=cache)
   jax.block_until_ready(state)
   t1 = time.perf_counter()
   state = engine.run(state, sampling)
@@ -150,14 +151,14 @@ def bench_case(args, name, cfg, engine, hf, batch, mode):
   prompts = rng.integers(0, cfg.vocab_size, (batch, args.prompt))
   sampling = SamplingParams.make(batch, **MODES[mode])
   t0 = time.perf_counter()
-  bench_jax(engine, prompts, args.new, sampling)
+  bench_jax(engine, prompts, args.new, sampling, args.cache)
   compile_s = time.perf_counter() - t0
   traces = compilation_count()
   jp, jd, tp, td = [], [], [], []
   agree = None
   load_start = os.getloadavg()[0]
   for _ in range(args.reps):
-    pre, dec, ours = bench_jax(engine, prompts, args.new, sampling)
+    pre, dec, ours = bench_jax(engine, prompts, args.new, sampling, args.cache)
     jp.append(batch * args.prompt / pre)
     jd.append(batch * args.new / dec)
     if hf is not None:
@@ -171,6 +172,7 @@ def bench_case(args, name, cfg, engine, hf, batch, mode):
     mode=mode,
     prompt=args.prompt,
     new=args.new,
+    cache_slots=args.cache,
     jax_dtype=args.dtype,
     jax_compile_s=round(compile_s, 2),
     jax_retraces_after_warmup=compilation_count() - traces,
@@ -197,6 +199,13 @@ def main():
   ap.add_argument("--batches", default="16,64")
   ap.add_argument("--prompt", type=int, default=64)
   ap.add_argument("--new", type=int, default=128)
+  ap.add_argument(
+    "--cache",
+    type=int,
+    default=None,
+    help="our KV cache slots (default: the engine's bucket of prompt + new; a larger one is "
+    "what a multi-turn rollout's early turns decode in)",
+  )
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("--modes", default="greedy", help="comma list of " + " | ".join(MODES))
   ap.add_argument("--dtype", default="float32", help="JAX params/compute dtype")
