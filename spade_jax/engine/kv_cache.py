@@ -97,15 +97,12 @@ def prepare_weights(model) -> DecodeWeights:
   experts' `ragged_dot` and `Transformer.logits` cast them to it anyway, so the values are the
   same). Norm scales, biases and the embedding table (looked up, not multiplied) keep their
   dtype. On an FSDP mesh the CPU compiler still all-gathers the float32 weights and converts
-  after (BUILD_NOTES, "Compiled memory plans"). A dense MLP's gate and up matrices are stacked
-  here into the one ``gate_up`` ``[D, F, 2]`` its matmul takes (:func:`block.gate_up`)."""
+  after (BUILD_NOTES, "Compiled memory plans")."""
   cfg = model.cfg
   dt = jnp.dtype(cfg.dtype)
   stacked = model.blocks.weights(cfg)
   matrix = {n for n, w in stacked.items() if w.ndim >= 3 and jnp.issubdtype(w.dtype, jnp.floating)}
   stacked = {n: w.astype(dt) if n in matrix else w for n, w in stacked.items()}  # [L, ...] each
-  if "gate" in stacked and "up" in stacked:  # the MLP's one gate/up matmul (block.gate_up)
-    stacked["gate_up"] = jnp.stack([stacked.pop("gate"), stacked.pop("up")], axis=-1)
   layers = tuple({name: w[i] for name, w in stacked.items()} for i in range(cfg.num_layers))
   return DecodeWeights(
     embed_VD=model.embed[...],

@@ -308,68 +308,56 @@ def block(
   return x_BTD, aux
 
 
-def gate_up(w: dict) -> jax.Array:
-  """This layer's gate and up projections as one ``[D, F, 2]`` matrix (gate ``[..., 0]``, up
-  ``[..., 1]``): ``w["gate_up"]`` where the caller stacked them once (the decode loop's
-  :func:`spade_jax.engine.kv_cache.prepare_weights`), else stacked here."""
-  if "gate_up" in w:
-    return w["gate_up"]
-  return jnp.stack([w["gate"], w["up"]], axis=-1)
-
-
 def dense_mlp(cfg: TransformerConfig, w: dict, h_BTD) -> jax.Array:
   """The SwiGLU MLP on the normed residual ``h_BTD`` (its backward written out:
   :func:`_swiglu`)."""
-  return _swiglu(h_BTD, gate_up(w), w["down"], jnp.dtype(cfg.dtype))
+  return _swiglu(h_BTD, w["gate"], w["up"], w["down"], jnp.dtype(cfg.dtype))
 
 
 _ACT_MLP = ("batch", "length", "act_mlp")
-_GATE_UP = "btd,dfc->btfc"
 
 
-def _swiglu_forward(h_BTD, w_gate_up, w_down, dt):
-  gate_up_BTFC = dense(h_BTD, w_gate_up, _GATE_UP, dt)
-  gate_BTF, up_BTF = gate_up_BTFC[..., 0], gate_up_BTFC[..., 1]
+def _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt):
+  gate_BTF = dense(h_BTD, w_gate, "btd,df->btf", dt)
+  up_BTF = dense(h_BTD, w_up, "btd,df->btf", dt)
   act_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, _ACT_MLP)
-  return dense(act_BTF, w_down, "btf,fd->btd", dt), gate_up_BTFC
+  return dense(act_BTF, w_down, "btf,fd->btd", dt), (gate_BTF, up_BTF)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _swiglu(h_BTD, w_gate_up, w_down, dt):
-  """``(silu(h @ w_gate) * (h @ w_up)) @ w_down``, matmuls in ``dt`` accumulated in float32,
-  with gate and up one matmul against their stacked ``[D, F, 2]`` matrix (20-25 % faster on
-  XLA:CPU than two at 16 to 3072 rows; F-sharded like each of them).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _swiglu(h_BTD, w_gate, w_up, w_down, dt):
+  """``(silu(h @ w_gate) * (h @ w_up)) @ w_down``, matmuls in ``dt`` accumulated in float32.
 
   The backward is written out rather than derived: on XLA:CPU the derived one wrote the gate's
   gradient transposed (``[F, B*T]``) for the weight-gradient dot, a strided pass that cost more
   than the MLP's matmuls (issue 26's profile); this one is the same arithmetic in plain layouts.
   """
-  return _swiglu_forward(h_BTD, w_gate_up, w_down, dt)[0]
+  return _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt)[0]
 
 
-def _swiglu_fwd(h_BTD, w_gate_up, w_down, dt):
-  out_BTD, gate_up_BTFC = _swiglu_forward(h_BTD, w_gate_up, w_down, dt)
-  return out_BTD, (h_BTD, w_gate_up, w_down, gate_up_BTFC)
+def _swiglu_fwd(h_BTD, w_gate, w_up, w_down, dt):
+  out_BTD, (gate_BTF, up_BTF) = _swiglu_forward(h_BTD, w_gate, w_up, w_down, dt)
+  return out_BTD, (h_BTD, w_gate, w_up, w_down, gate_BTF, up_BTF)
 
 
 def _swiglu_bwd(dt, res, d_out_BTD):
-  h_BTD, w_gate_up, w_down, gate_up_BTFC = res
-  gate_BTF, up_BTF = gate_up_BTFC[..., 0], gate_up_BTFC[..., 1]
+  h_BTD, w_gate, w_up, w_down, gate_BTF, up_BTF = res
   sig_BTF = jax.nn.sigmoid(gate_BTF)
   silu_BTF = gate_BTF * sig_BTF
   act_BTF = silu_BTF * up_BTF
-  h, w_gu, wd = (_as_used(x, dt) for x in (h_BTD, w_gate_up, w_down))
+  h, wg, wu, wd = (_as_used(x, dt) for x in (h_BTD, w_gate, w_up, w_down))
   # [D, F] then transposed: the dot's operand transposed by XLA is then the narrow d_out
   d_down = _dot32("btd,btf->df", d_out_BTD, _as_used(act_BTF, dt)).T
   d_act_BTF = sharding.constrain(_dot32("btd,fd->btf", d_out_BTD, wd), _ACT_MLP)
   d_up_BTF = d_act_BTF * silu_BTF
   d_gate_BTF = d_act_BTF * up_BTF * (sig_BTF * (1.0 + gate_BTF * (1.0 - sig_BTF)))
-  d_gate_up_BTFC = jnp.stack([d_gate_BTF, d_up_BTF], axis=-1)
-  d_h_BTD = _dot32("btfc,dfc->btd", d_gate_up_BTFC, w_gu)
-  d_gate_up = _dot32("btd,btfc->dfc", h, d_gate_up_BTFC)
+  d_h_BTD = _dot32("btf,df->btd", d_gate_BTF, wg) + _dot32("btf,df->btd", d_up_BTF, wu)
+  d_gate = _dot32("btd,btf->df", h, d_gate_BTF)
+  d_upw = _dot32("btd,btf->df", h, d_up_BTF)
   return (
     d_h_BTD.astype(h_BTD.dtype),
-    d_gate_up.astype(w_gate_up.dtype),
+    d_gate.astype(w_gate.dtype),
+    d_upw.astype(w_up.dtype),
     d_down.astype(w_down.dtype),
   )
 
