@@ -1,6 +1,5 @@
 """Decode cache: layout round trip with the model's KVCache, and the single-token decode forward
-equal to the model's full forward (every branch: GQA, qkv bias, qk-norm, masked slots, the
-attention windows over a large cache's used prefix)."""
+equal to the model's full forward (every branch: GQA, qkv bias, qk-norm, masked slots)."""
 
 import functools
 
@@ -11,7 +10,6 @@ from flax import nnx
 
 from spade_jax.engine.kv_cache import (
   decode_forward,
-  decode_windows,
   from_model_cache,
   prepare_weights,
   to_model_cache,
@@ -96,43 +94,3 @@ def test_decode_forward_equals_full_forward_with_padding_and_masked_steps():
       np.testing.assert_allclose(logits, full[pos], atol=1e-5, rtol=0, err_msg=f"{b} {pos}")
   assert int(cache.index) == 10
   np.testing.assert_array_equal(cache.valid_BS[1, 5:10], [True, False, True, False, True])
-
-
-def test_decode_windows():
-  assert decode_windows(256) == (64, 128, 256)
-  assert decode_windows(256, cpu=True) == (64, 256)
-  assert decode_windows(4096, cpu=True) == (64, 128, 256, 512, 1024, 4096)
-  assert decode_windows(100) == (100,) and decode_windows(128, cpu=True) == (128,)
-  assert decode_windows(96) == (96,) and decode_windows(48) == (48,)
-  assert decode_windows(300) == (75, 150, 300)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _prefill_into(graphdef, params, slots, tokens):
-  model = nnx.merge(graphdef, params)
-  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  cache = init_cache(CFG, tokens.shape[0], slots)
-  _, cache = model.hidden(tokens, positions, cache=cache)
-  return cache
-
-
-def test_decode_in_a_large_cache_reads_only_its_used_prefix_and_equals_the_full_forward():
-  """A 512-slot cache decoded from slot 60 to 139: the steps cross the windows at 64 and 128
-  slots (both backends' policies), and every step's logits equal the full forward's."""
-  model = _model()
-  graphdef, params = nnx.split(model)
-  rng = np.random.default_rng(3)
-  seq = list(rng.integers(0, 97, 60))
-  cache = from_model_cache(_prefill_into(graphdef, params, 512, jnp.array([seq])))
-  steps = []
-  for _ in range(80):
-    token = int(rng.integers(0, 97))
-    logits, cache = _decode(
-      graphdef, params, jnp.array([token]), jnp.array([len(seq)]), cache, jnp.array([True])
-    )
-    seq.append(token)
-    steps.append(np.asarray(logits[0]))
-  assert int(cache.index) == 140
-  full = np.asarray(_full(graphdef, params, jnp.array([seq]))[0])
-  for i, logits in enumerate(steps):
-    np.testing.assert_allclose(logits, full[60 + i], atol=1e-5, rtol=0, err_msg=f"slot {60 + i}")

@@ -138,58 +138,22 @@ def one_query_attention(q_BKGH, k_BKHS, v_BKSH, mask, dt):
   return jnp.sum(probs_BKGS[..., None] * v[:, :, None], axis=-2)
 
 
-# The one-token step attends only to the cache's used prefix: the shortest key window that holds
-# slot ``index`` (:func:`decode_windows`), picked by ``lax.switch``, so a step early in a large
-# cache (a multi-turn rollout's, a 16k-token designer's) does not read and mask its empty tail.
-DECODE_WINDOW_MIN = 64
-
-
-def decode_windows(S: int, cpu: bool = False) -> tuple[int, ...]:
-  """The ascending key-prefix lengths the one-token step of an ``S``-slot cache chooses from:
-  ``S`` and its halvings (rounded up) down to :data:`DECODE_WINDOW_MIN` slots. With ``cpu``
-  the first halving is left out: XLA:CPU copies a window's keys and values out of the cache
-  before its fused reductions (they take whole arrays), so a window costs about three passes
-  over its slots, and only one of at most ``S / 4`` reads less than the whole cache."""
-  out = []
-  L = -(-S // 4) if cpu else -(-S // 2)
-  while DECODE_WINDOW_MIN <= L < S:
-    out.append(L)
-    L = -(-L // 2)
-  return (*reversed(out), S)
-
-
 def decode_attend(cfg: TransformerConfig, k_BKHS, v_BKSH, valid_BS, index):
   """The block's ``attend`` for one token per sequence: writes it into this layer's cache at
-  ``index`` and attends to the slots where ``valid_BS`` (which already counts it), reading
-  only the shortest prefix of the cache (:func:`decode_windows`) that holds slot ``index``:
-  the same softmax, as every slot past ``index`` is masked. ``aux`` is the layer's new
-  ``(K, V)``."""
+  ``index`` and attends to the slots where ``valid_BS`` (which already counts it);
+  ``aux`` is the layer's new ``(K, V)``."""
 
   def attend(q_B1NH, k_B1KH, v_B1KH):
     k, v = write_kv(k_BKHS, v_BKSH, k_B1KH, v_B1KH, index)
     B, _, N, H = q_B1NH.shape
     K = cfg.num_kv_heads
     q_BKGH = q_B1NH[:, 0].reshape(B, K, N // K, H)
-    cpu = jax.default_backend() == "cpu"
-    windows = decode_windows(k.shape[-1], cpu)
-
-    def window(L):
-      def attend_prefix(q, k, v, valid):
-        mask = valid[:, None, None, :L]
-        if cpu:
-          return one_query_attention(q, k[..., :L], v[:, :, :L], mask, cfg.dtype)
-        # accelerators: the dots (tensor cores / MXU take the [G, H] x [H, S] products)
-        spec = ("bkgh,bkhs->bkgs", "bkgs,bksh->bkgh")
-        return masked_attention(q, k[..., :L], v[:, :, :L], mask, cfg.dtype, *spec)
-
-      return attend_prefix
-
-    operands = (q_BKGH, k, v, valid_BS)
-    if len(windows) == 1:
-      out_BKGH = window(windows[0])(*operands)
-    else:
-      which = jnp.sum(index >= jnp.asarray(windows[:-1], jnp.int32)).astype(jnp.int32)
-      out_BKGH = jax.lax.switch(which, [window(L) for L in windows], *operands)
+    mask = valid_BS[:, None, None, :]
+    if jax.default_backend() == "cpu":
+      out_BKGH = one_query_attention(q_BKGH, k, v, mask, cfg.dtype)
+    else:  # accelerators: the dots (tensor cores / MXU take the [G, H] x [H, S] products)
+      spec = ("bkgh,bkhs->bkgs", "bkgs,bksh->bkgh")
+      out_BKGH = masked_attention(q_BKGH, k, v, mask, cfg.dtype, *spec)
     return out_BKGH.reshape(B, 1, N, H), (k, v)
 
   return attend
